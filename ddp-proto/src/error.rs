@@ -220,6 +220,15 @@ pub enum ProtoError {
     RdmapCatastrophicStream,
     /// The peer sent an operation the RFC leaves to us to refuse, no more specific code.
     RdmapUnspecified,
+    /// Send with Invalidate named an STag of another protection domain (siw:
+    /// `siw_invalidate_stag` returns -EACCES → remote *protection* error, code 0x09).
+    RdmapCannotInvalidateProtection,
+    /// DDP could not place into a local buffer named by a work request (receive or Read
+    /// Response sink not accessible); siw reports DDP local catastrophic error.
+    DdpLocalCatastrophic,
+    /// RDMAP could not continue a message it had started sending (its local source became
+    /// inaccessible midway); RDMAP local catastrophic error.
+    RdmapLocalCatastrophic,
 }
 
 impl ProtoError {
@@ -265,6 +274,11 @@ impl ProtoError {
                 (Rdmap, rdmap_etype::REMOTE_OPERATION, rdmap_ecode::CATASTROPHIC_STREAM)
             }
             RdmapUnspecified => (Rdmap, rdmap_etype::REMOTE_OPERATION, rdmap_ecode::UNSPECIFIED),
+            RdmapCannotInvalidateProtection => {
+                (Rdmap, rdmap_etype::REMOTE_PROTECTION, rdmap_ecode::CANNOT_INVALIDATE)
+            }
+            DdpLocalCatastrophic => (Ddp, ddp_etype::CATASTROPHIC, 0),
+            RdmapLocalCatastrophic => (Rdmap, rdmap_etype::CATASTROPHIC, rdmap_ecode::UNSPECIFIED),
         };
         TermCode::new(layer, etype, ecode)
     }

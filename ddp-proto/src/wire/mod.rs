@@ -5,3 +5,5 @@
 pub mod ddp;
 pub mod mpa;
 pub mod rdmap;
+
+pub use ddp::WireError;
