@@ -1,0 +1,46 @@
+# Shared helpers for exsock's scripts. Source it: . "$(dirname "$0")/lib/common.sh"
+# (from scripts/tests/*: . "$(dirname "$0")/../lib/common.sh").
+# shellcheck shell=bash
+set -euo pipefail
+
+EXSOCK_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export EXSOCK_ROOT
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$EXSOCK_ROOT/target}
+
+say()  { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die()  { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# need_cmd CMD [DEBIAN-PACKAGE]: install the package with apt-get if CMD is missing.
+need_cmd() {
+  local cmd=$1 pkg=${2:-$1}
+  command -v "$cmd" >/dev/null 2>&1 && return 0
+  need_pkg "$pkg"
+  command -v "$cmd" >/dev/null 2>&1 || die "installed $pkg but $cmd is still missing"
+}
+
+# need_pkg PKG...: install Debian packages that are not installed yet (non-interactive).
+need_pkg() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  say "installing ${missing[*]}"
+  local sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
+  if [ ! -e /var/lib/apt/lists/.exsock-updated ] || [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit)" ]; then
+    $sudo apt-get update -qq >&2 && $sudo touch /var/lib/apt/lists/.exsock-updated
+  fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+# wait_port HOST PORT [TIMEOUT_S]: wait until a TCP listener accepts on HOST:PORT (bounded).
+wait_port() {
+  local host=$1 port=$2 t=${3:-10} i=0
+  while ! (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt $((t * 20)) ] && return 1
+    sleep 0.05  # polling interval of a bounded readiness wait, not a fixed delay
+  done
+}
+
+# build_release: the release build of the workspace (libexsock.so and the tools).
+build_release() { cargo build --release --workspace --quiet; }
