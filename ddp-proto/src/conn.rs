@@ -1,1 +1,1885 @@
-//! (being written)
+//! The connection: one RDMAP stream over MPA over a reliable byte stream, as a sans-I/O state
+//! machine (quinn-proto style).
+//!
+//! Commands go in (`post_recv`, `post_send`, `post_send_inv`, `post_write`, `post_read`,
+//! `close`), received bytes go in ([`Connection::handle_input`], or direct placement via
+//! [`Connection::rx_plan`] / [`Connection::placed_direct`]), and out come the bytes to write
+//! ([`Connection::poll_transmit`], as pieces for `writev`) and events
+//! ([`Connection::poll_event`]: completions, peer Terminate, errors, close). Memory is reached
+//! only through [`Memory`]. There is no timer: nothing in RDMAP/DDP/MPA full operation needs
+//! one ([`Connection::poll_timeout`] is always `None`; startup timeouts live in
+//! [`crate::mpa::startup`]).
+//!
+//! # Receive side (RFC 5041 §7, RFC 5040 §5–§7)
+//!
+//! Every segment's header is checked before a byte of its payload is placed:
+//! DDP version, RDMAP version, opcode vs. buffer model, QN ([`rdmap::check_header`]); then
+//! per message type: tagged STag/key/PD/rights/wrap/bounds for RDMA Write
+//! ([`crate::ddp::tagged`], DDP-layer codes); the oldest outstanding read for a Read Response
+//! ([`crate::rdmap::reads`]); MSN/MO/buffer/length for Sends ([`crate::ddp::untagged`]); MSN,
+//! MO and size for Read Requests, whose source is then checked with RDMAP remote-protection
+//! codes. A header that fails is not reported at once: the rest of the FPDU is discarded and
+//! the error is raised at the end of the FPDU, *after* the CRC check, so that a corrupted
+//! header is reported as a CRC error (LLP) and not as a bogus protection error. Payload is
+//! placed as it arrives (before the CRC is known, which is what makes direct placement
+//! possible: a corrupted payload can only land inside a validated target); nothing completes
+//! before the FPDU's CRC has been verified. Stream-mode data is handed to
+//! [`Memory::deliver_stream`] only after its FPDU's CRC was verified.
+//!
+//! First error wins: a Terminate is queued (its code from [`ProtoError::term_code`], header
+//! copies per [`crate::rdmap::terminate`]), every work request completes with an error status,
+//! further input is ignored, and once the Terminate has been handed out by `poll_transmit`
+//! the connection is [`Event::Closed`] (the driver closes TCP). A Terminate from the peer
+//! ends the stream the same way, without sending one back.
+//!
+//! # Transmit side
+//!
+//! Posted work requests go out in order. A Read waits while ORD reads are outstanding (this
+//! also holds back what was posted after it, as in siw: the send queue is ordered). Read
+//! Responses owed to the peer are served in order, alternating *message by message* with our
+//! own send queue (our choice for fairness: interleaving at segment level would be legal for a
+//! tagged and an untagged message, but siw rejects two interleaved messages of the same
+//! kind, e.g. a Write and a Read Response). Each message is cut into segments ≤ MULPDU
+//! ([`crate::ddp::segment`]). Payload is never copied: a [`Transmit`] references local memory
+//! and registered regions by address, and the framer computes the CRC over the real bytes
+//! obtained through [`Memory::local`] / [`Memory::read`].
+//!
+//! A send-side completion (Send, Write) is released when the driver reports, with
+//! [`Connection::on_written`], that the stream bytes up to the message's last byte were
+//! written (until then the driver may still read the source buffer). Send-queue completions
+//! are released in posting order (a Read completes when its Read Response has arrived).
+//!
+//! # Peer-to-peer (RFC 6581 §4)
+//!
+//! An initiator with `initiator_sends_rtr` sends the RTR first: a zero-length RDMA Write to
+//! STag 1, TO 0 (what siw sends), or a zero-length Read Request (it occupies an ORD slot
+//! outside the ORD check; its zero-length Read Response completes it silently), or a
+//! zero-length Send. A responder with `responder_expects_rtr` sends nothing until the first
+//! FPDU from the peer has arrived; a zero-length Send in that position is swallowed (it is
+//! the RTR, not an application message).
+
+use core::fmt;
+use core::ops::Range;
+use core::time::Duration;
+use std::collections::VecDeque;
+
+use crate::ddp::segment::Segmenter;
+use crate::ddp::tagged::{self, CheckLayer};
+use crate::ddp::untagged::{QueueRx, QueueTx, SendPlacement, SendRx, SendSink};
+use crate::ddp::{Access, Memory, STag, Sge, sge_pieces, sge_total};
+use crate::error::ProtoError;
+use crate::mpa::deframer::{Deframer, Event as DfEvent, RxConfig, UlpduHeader};
+use crate::mpa::framer::{Framer, Piece, TxConfig};
+use crate::mpa::markers::MAX_ULPDU_LEN;
+use crate::mpa::startup::{Negotiated, RtrKind};
+use crate::rdmap;
+use crate::rdmap::reads::{InboundReads, OutboundReads, OutstandingRead};
+use crate::rdmap::terminate::{ErrorContext, terminate_header, terminate_message};
+use crate::wire::ddp::{DdpBuffer, DdpRepr, header_len_for};
+use crate::wire::rdmap::{
+    Opcode, READ_REQUEST_LEN, RdmapHeader, RdmapMessage, ReadRequestBody, TerminateHeader,
+    TerminatedDdpHeader,
+};
+
+pub use crate::ddp::untagged::RecvMode;
+pub use crate::rdmap::{WcOpcode, WcStatus};
+
+/// Which side of the MPA exchange this connection was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Sent the MPA Request (the active side).
+    Initiator,
+    /// Sent the MPA Reply (the passive side).
+    Responder,
+}
+
+/// The smallest MULPDU a connection accepts: every header (a Terminate with both copies is
+/// 70 bytes) must fit, with room for payload.
+pub const MIN_MULPDU: usize = 128;
+
+/// The STag of the zero-length RDMA Write RTR (RFC 6581 leaves it open; siw uses 1 because
+/// "some HW may treat STag 0 special").
+pub const RTR_STAG: STag = STag(1);
+
+/// Per-connection settings that do not come from the MPA negotiation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnConfig {
+    /// The largest ULPDU we send to this peer (`mpa::markers::mulpdu(emss, markers_tx)`).
+    pub mulpdu: usize,
+    /// The largest ULPDU we accept (a larger ULPDU_LENGTH is an LLP error). Default 65535.
+    pub max_rx_ulpdu: usize,
+    /// What a Send that finds no posted receive does.
+    pub recv_mode: RecvMode,
+    /// Our protection domain: tagged accesses to regions of other PDs are refused.
+    pub pd: u32,
+    /// How many wire bytes one [`Transmit`] may batch (at least one FPDU is always included).
+    pub max_transmit: usize,
+}
+
+impl ConnConfig {
+    /// A configuration with the defaults for everything but MULPDU, receive mode and PD.
+    pub fn new(mulpdu: usize, recv_mode: RecvMode, pd: u32) -> ConnConfig {
+        ConnConfig {
+            mulpdu,
+            max_rx_ulpdu: MAX_ULPDU_LEN,
+            recv_mode,
+            pd,
+            max_transmit: 256 * 1024,
+        }
+    }
+}
+
+/// Why a connection could not be created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigError {
+    /// MULPDU below [`MIN_MULPDU`] or above 65535.
+    Mulpdu(usize),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Mulpdu(m) => write!(f, "MULPDU {m} outside {MIN_MULPDU}..=65535"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Why a command was refused at once (nothing was queued).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostError {
+    /// The connection is closing, closed or in error.
+    NotOpen,
+    /// The message is longer than 2^32 - 1 bytes.
+    TooLong,
+    /// A read whose sink SGEs are shorter than the read.
+    SinkTooSmall,
+    /// A read on a connection with ORD 0.
+    NoReads,
+}
+
+impl fmt::Display for PostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            PostError::NotOpen => "connection not open",
+            PostError::TooLong => "message longer than 2^32 - 1 bytes",
+            PostError::SinkTooSmall => "read sink shorter than the read",
+            PostError::NoReads => "ORD is 0: no RDMA Read possible",
+        };
+        f.write_str(s)
+    }
+}
+
+impl std::error::Error for PostError {}
+
+/// Flags of a Send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SendFlags {
+    /// Report a completion on success (errors are always reported).
+    pub signaled: bool,
+    /// Send with Solicited Event (RFC 5040 §5.1).
+    pub solicited: bool,
+}
+
+/// A finished work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The caller's work request id.
+    pub wr_id: u64,
+    /// What it was.
+    pub opcode: WcOpcode,
+    /// How it ended.
+    pub status: WcStatus,
+    /// Bytes transferred (for a receive: the message length).
+    pub byte_len: u64,
+    /// Receive of a Send with Invalidate: the STag that was invalidated.
+    pub inv_stag: Option<STag>,
+    /// Receive of a Send with Solicited Event.
+    pub solicited: bool,
+}
+
+/// What the connection reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A send-queue work request (Send, Write, Read) finished.
+    Completion(Completion),
+    /// A posted receive finished.
+    RecvCompletion(Completion),
+    /// The peer sent a Terminate (the stream is dead).
+    PeerTerminated(TerminateHeader),
+    /// We detected this error (a Terminate reporting it is queued, except for
+    /// [`ProtoError::StreamLost`]).
+    Error(ProtoError),
+    /// Nothing more will be sent or received: the driver may close the TCP connection.
+    Closed,
+}
+
+/// Where directly placed bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectTarget {
+    /// Into a registered region (an RDMA Write), at this byte offset of it.
+    Region {
+        /// The validated STag.
+        stag: STag,
+        /// Byte offset in the region.
+        offset: u64,
+    },
+    /// Into local memory named by a work request (posted receive, Read Response sink).
+    Local {
+        /// Address.
+        addr: u64,
+    },
+}
+
+/// What the driver should do with the next received bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxPlan {
+    /// Read up to `len` bytes straight into `target`, then call
+    /// [`Connection::placed_direct`].
+    Direct {
+        /// Where.
+        target: DirectTarget,
+        /// At most this many bytes.
+        len: usize,
+    },
+    /// Read into a buffer and call [`Connection::handle_input`].
+    Buffered,
+}
+
+/// One run of bytes of a [`Transmit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxPiece {
+    /// Bytes of [`Transmit::scratch`].
+    Scratch(Range<usize>),
+    /// Local memory named by a work request.
+    Local {
+        /// Address.
+        addr: u64,
+        /// Length.
+        len: usize,
+    },
+    /// Bytes of a registered region (a Read Response source, validated).
+    Region {
+        /// The STag.
+        stag: STag,
+        /// Byte offset in the region.
+        offset: u64,
+        /// Length.
+        len: usize,
+    },
+}
+
+impl TxPiece {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            TxPiece::Scratch(r) => r.len(),
+            TxPiece::Local { len, .. } | TxPiece::Region { len, .. } => *len,
+        }
+    }
+
+    /// Whether the piece is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Bytes to write to the TCP connection, in order, as pieces (for `writev`). Every piece must
+/// be written; report progress with [`Connection::on_written`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Transmit {
+    /// Owned small bytes (MPA length, headers, markers, pad, CRC).
+    pub scratch: Vec<u8>,
+    /// The pieces in wire order.
+    pub pieces: Vec<TxPiece>,
+    /// How many FPDUs the pieces hold.
+    pub fpdus: usize,
+}
+
+impl Transmit {
+    /// Total bytes.
+    pub fn len(&self) -> usize {
+        self.pieces.iter().map(TxPiece::len).sum()
+    }
+
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes of one piece.
+    ///
+    /// # Panics
+    ///
+    /// If a `Local` piece is not accessible in `mem` (the application freed a buffer it had
+    /// posted: a bug outside the protocol).
+    pub fn piece_bytes<'a, M: Memory + ?Sized>(&'a self, piece: &TxPiece, mem: &'a M) -> &'a [u8] {
+        match piece {
+            TxPiece::Scratch(r) => &self.scratch[r.clone()],
+            TxPiece::Local { addr, len } => mem.local(*addr, *len).expect("posted buffer vanished"),
+            TxPiece::Region { stag, offset, len } => mem.read(*stag, *offset, *len),
+        }
+    }
+
+    /// Gathers all bytes into one vector (for tests and simple drivers; the data path writes
+    /// the pieces with `writev`).
+    pub fn gather<M: Memory + ?Sized>(&self, mem: &M) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        for p in &self.pieces {
+            v.extend_from_slice(self.piece_bytes(p, mem));
+        }
+        v
+    }
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// FPDUs received (headers seen).
+    pub fpdus_in: u64,
+    /// FPDUs framed for sending.
+    pub fpdus_out: u64,
+    /// Payload bytes placed by the driver directly ([`Connection::placed_direct`]).
+    pub bytes_placed_direct: u64,
+    /// Payload bytes placed from buffered input.
+    pub bytes_placed_buffered: u64,
+    /// CRC errors detected.
+    pub crc_errors: u64,
+    /// Terminates sent.
+    pub terminates_sent: u64,
+    /// Terminates received.
+    pub terminates_received: u64,
+}
+
+/// Coarse state of the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Running.
+    Open,
+    /// `close()` was called: queued work still goes out, nothing new is accepted.
+    Closing,
+    /// An error was detected or a Terminate received; at most a Terminate goes out.
+    Error,
+    /// Finished.
+    Closed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum WrKind {
+    Send {
+        solicited: bool,
+        inv_stag: Option<STag>,
+    },
+    Write {
+        stag: STag,
+        to: u64,
+    },
+    Read {
+        sink_stag: STag,
+        sink_to: u64,
+        source_stag: STag,
+        source_to: u64,
+        len: u32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SendWr {
+    wr_id: u64,
+    kind: WrKind,
+    /// Send/Write source, or Read sink.
+    sges: Vec<Sge>,
+    len: u64,
+    signaled: bool,
+    internal: bool,
+}
+
+impl SendWr {
+    fn opcode(&self) -> WcOpcode {
+        match self.kind {
+            WrKind::Send { .. } => WcOpcode::Send,
+            WrKind::Write { .. } => WcOpcode::Write,
+            WrKind::Read { .. } => WcOpcode::Read,
+        }
+    }
+}
+
+/// A message being transmitted.
+#[derive(Debug, Clone)]
+enum TxActive {
+    Sq {
+        wr: SendWr,
+        seg: Segmenter,
+        msn: u32,
+    },
+    ReadResponse {
+        seg: Segmenter,
+    },
+}
+
+/// A send-queue completion waiting for its turn.
+#[derive(Debug, Clone)]
+struct PendingCompletion {
+    c: Completion,
+    /// Stream position that must be written first.
+    written_pos: u64,
+    /// Whether the operation is finished (a Read waits for its response).
+    done: bool,
+    signaled: bool,
+}
+
+/// Where the payload of the segment being received goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    None,
+    Region { stag: STag, offset: u64 },
+    RecvSges { offset: u64 },
+    ReadSges { offset: u64 },
+    Stream,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Collecting {
+    ReadRequest { msn: u32 },
+    Terminate,
+}
+
+/// Receive state of the current FPDU.
+#[derive(Debug, Clone)]
+enum RxSeg {
+    Idle,
+    /// Payload goes to `target`; `done` bytes so far of `len`.
+    Place {
+        opcode: Opcode,
+        last: bool,
+        target: Target,
+        len: usize,
+        done: usize,
+        inv_stag: Option<STag>,
+        rtr: bool,
+    },
+    /// A Read Request or Terminate body is being gathered.
+    Collect {
+        what: Collecting,
+        ctx: ErrorContext,
+        buf: Vec<u8>,
+    },
+    /// The header failed a check: discard the rest, report at the end of the FPDU.
+    Reject {
+        err: ProtoError,
+        ctx: Option<ErrorContext>,
+    },
+}
+
+/// Longest Terminate header we keep (control 4 + length 2 + DDP header 18 + Read Request 28).
+const MAX_TERMINATE_BODY: usize = 52;
+
+/// One RDMAP stream (see the module docs).
+#[derive(Debug)]
+pub struct Connection {
+    role: Role,
+    cfg: ConnConfig,
+    state: State,
+    framer: Framer,
+    deframer: Deframer,
+    // ---- transmit ----
+    sq: VecDeque<SendWr>,
+    active: Option<TxActive>,
+    prefer_rr: bool,
+    tx_qn: [QueueTx; 3],
+    rtr_to_send: Option<RtrKind>,
+    /// Responder: hold all output until the first FPDU (the RTR) has arrived.
+    hold_for_rtr: bool,
+    rtr_kind: Option<RtrKind>,
+    terminate: Option<TerminateHeader>,
+    tx_pos: u64,
+    written_pos: u64,
+    pending: VecDeque<PendingCompletion>,
+    read_serial: u32,
+    // ---- receive ----
+    rx: RxSeg,
+    send_rx: SendRx,
+    rr_rx: QueueRx,
+    term_rx: QueueRx,
+    orq: OutboundReads,
+    irq: InboundReads,
+    stream_buf: Vec<u8>,
+    // ---- out ----
+    events: VecDeque<Event>,
+    error: Option<ProtoError>,
+    stats: Stats,
+    closed_reported: bool,
+}
+
+impl Connection {
+    /// A connection in full operation after the MPA exchange `neg`, on the side `role`.
+    pub fn new(role: Role, neg: &Negotiated, cfg: ConnConfig) -> Result<Connection, ConfigError> {
+        if !(MIN_MULPDU..=MAX_ULPDU_LEN).contains(&cfg.mulpdu) {
+            return Err(ConfigError::Mulpdu(cfg.mulpdu));
+        }
+        let sends_rtr = role == Role::Initiator && neg.initiator_sends_rtr;
+        let hold = role == Role::Responder && neg.responder_expects_rtr;
+        Ok(Connection {
+            role,
+            cfg,
+            state: State::Open,
+            framer: Framer::new(TxConfig {
+                crc: neg.crc,
+                markers: neg.markers_tx,
+            }),
+            deframer: Deframer::new(RxConfig {
+                crc: neg.crc,
+                markers: neg.markers_rx,
+                max_ulpdu: cfg.max_rx_ulpdu,
+            }),
+            sq: VecDeque::new(),
+            active: None,
+            prefer_rr: false,
+            tx_qn: [QueueTx::default(); 3],
+            rtr_to_send: if sends_rtr {
+                Some(neg.rtr.unwrap_or(RtrKind::Write))
+            } else {
+                None
+            },
+            hold_for_rtr: hold,
+            rtr_kind: neg.rtr,
+            terminate: None,
+            tx_pos: 0,
+            written_pos: 0,
+            pending: VecDeque::new(),
+            read_serial: 0,
+            rx: RxSeg::Idle,
+            send_rx: SendRx::new(cfg.recv_mode),
+            rr_rx: QueueRx::default(),
+            term_rx: QueueRx::default(),
+            orq: OutboundReads::new(u32::from(neg.ord)),
+            irq: InboundReads::new(u32::from(neg.ird)),
+            stream_buf: Vec::new(),
+            events: VecDeque::new(),
+            error: None,
+            stats: Stats::default(),
+            closed_reported: false,
+        })
+    }
+
+    /// The side of the MPA exchange.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The coarse state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// The error that ended the stream, if any.
+    pub fn error(&self) -> Option<ProtoError> {
+        self.error
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Reads outstanding (ORD in use).
+    pub fn reads_outstanding(&self) -> usize {
+        self.orq.len()
+    }
+
+    /// Read Responses owed to the peer (IRD in use).
+    pub fn reads_owed(&self) -> usize {
+        self.irq.len()
+    }
+
+    /// Posted receives not yet matched.
+    pub fn recvs_posted(&self) -> usize {
+        self.send_rx.posted_len()
+    }
+
+    /// No timer is needed in full operation: always `None`.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    fn accepting(&self) -> Result<(), PostError> {
+        if self.state == State::Open {
+            Ok(())
+        } else {
+            Err(PostError::NotOpen)
+        }
+    }
+
+    // ------------------------------------------------------------------ commands
+
+    /// Posts a receive buffer (message mode; in stream mode it takes precedence over the
+    /// stream for the next Send).
+    pub fn post_recv(&mut self, wr_id: u64, sges: &[Sge]) -> Result<(), PostError> {
+        if matches!(self.state, State::Error | State::Closed) {
+            return Err(PostError::NotOpen);
+        }
+        self.send_rx.post(wr_id, sges);
+        Ok(())
+    }
+
+    fn push_sq(
+        &mut self,
+        wr_id: u64,
+        kind: WrKind,
+        sges: &[Sge],
+        signaled: bool,
+    ) -> Result<(), PostError> {
+        self.accepting()?;
+        let len = sge_total(sges);
+        if len > u64::from(u32::MAX) {
+            return Err(PostError::TooLong);
+        }
+        self.sq.push_back(SendWr {
+            wr_id,
+            kind,
+            sges: sges.to_vec(),
+            len,
+            signaled,
+            internal: false,
+        });
+        Ok(())
+    }
+
+    /// Posts a Send (with Solicited Event if `flags.solicited`).
+    pub fn post_send(
+        &mut self,
+        wr_id: u64,
+        sges: &[Sge],
+        flags: SendFlags,
+    ) -> Result<(), PostError> {
+        self.push_sq(
+            wr_id,
+            WrKind::Send {
+                solicited: flags.solicited,
+                inv_stag: None,
+            },
+            sges,
+            flags.signaled,
+        )
+    }
+
+    /// Posts a Send with Invalidate of the peer's `inv_stag` (and SE if `flags.solicited`).
+    pub fn post_send_inv(
+        &mut self,
+        wr_id: u64,
+        sges: &[Sge],
+        inv_stag: STag,
+        flags: SendFlags,
+    ) -> Result<(), PostError> {
+        let kind = WrKind::Send {
+            solicited: flags.solicited,
+            inv_stag: Some(inv_stag),
+        };
+        self.push_sq(wr_id, kind, sges, flags.signaled)
+    }
+
+    /// Posts an RDMA Write of `sges` to the peer's `stag` at `to`.
+    pub fn post_write(
+        &mut self,
+        wr_id: u64,
+        sges: &[Sge],
+        stag: STag,
+        to: u64,
+        signaled: bool,
+    ) -> Result<(), PostError> {
+        self.push_sq(wr_id, WrKind::Write { stag, to }, sges, signaled)
+    }
+
+    /// Posts an RDMA Read of `len` bytes from the peer's `source_stag` at `source_to` into
+    /// the local `sink`. It waits in the send queue while ORD reads are outstanding.
+    ///
+    /// The Data Sink STag/TO in the Read Request are ours to choose (the peer only echoes
+    /// them): the TO is the first sink address, the STag a per-connection serial number (so
+    /// that a Read Response for another read is detected).
+    pub fn post_read(
+        &mut self,
+        wr_id: u64,
+        sink: &[Sge],
+        source_stag: STag,
+        source_to: u64,
+        len: u32,
+        signaled: bool,
+    ) -> Result<(), PostError> {
+        self.accepting()?;
+        if self.orq.ord() == 0 {
+            return Err(PostError::NoReads);
+        }
+        if sge_total(sink) < u64::from(len) {
+            return Err(PostError::SinkTooSmall);
+        }
+        self.read_serial = self.read_serial.wrapping_add(1);
+        let sink_stag = STag::from_parts(self.read_serial, 0);
+        let sink_to = sink.first().map_or(0, |s| s.addr);
+        let kind = WrKind::Read {
+            sink_stag,
+            sink_to,
+            source_stag,
+            source_to,
+            len,
+        };
+        self.sq.push_back(SendWr {
+            wr_id,
+            kind,
+            sges: sink.to_vec(),
+            len: u64::from(len),
+            signaled,
+            internal: false,
+        });
+        Ok(())
+    }
+
+    /// Graceful close: nothing new is accepted; queued work and owed Read Responses still go
+    /// out, outstanding reads are still awaited; then [`Event::Closed`].
+    pub fn close(&mut self) {
+        if self.state == State::Open {
+            self.state = State::Closing;
+            self.check_closing();
+        }
+    }
+
+    /// The peer closed its side of the TCP connection. In the middle of an FPDU or a message
+    /// that is [`ProtoError::StreamLost`] (reported locally, no Terminate); otherwise a clean
+    /// end. Either way every pending work request is flushed and the connection is closed.
+    pub fn handle_eof(&mut self) {
+        if matches!(self.state, State::Closed) {
+            return;
+        }
+        if self.state != State::Error {
+            let mid = !self.deframer.is_idle()
+                || self.send_rx.queue().in_message()
+                || self.orq.front().is_some_and(|r| r.received > 0);
+            if mid {
+                self.fail(ProtoError::StreamLost, None);
+            }
+        }
+        self.flush_all(None);
+        self.finish();
+    }
+
+    // ------------------------------------------------------------------ events
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The driver wrote `bytes` more bytes of the transmit stream to the socket.
+    pub fn on_written(&mut self, bytes: u64) {
+        self.written_pos = (self.written_pos + bytes).min(self.tx_pos);
+        self.release_completions();
+        self.check_closing();
+    }
+
+    fn release_completions(&mut self) {
+        while let Some(p) = self.pending.front() {
+            if !(p.done && p.written_pos <= self.written_pos) {
+                break;
+            }
+            let p = self.pending.pop_front().expect("front exists");
+            if p.signaled || p.c.status != WcStatus::Success {
+                self.events.push_back(Event::Completion(p.c));
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        self.state = State::Closed;
+        if !self.closed_reported {
+            self.closed_reported = true;
+            self.events.push_back(Event::Closed);
+        }
+    }
+
+    fn check_closing(&mut self) {
+        if self.state == State::Closing
+            && self.sq.is_empty()
+            && self.active.is_none()
+            && self.irq.is_empty()
+            && self.orq.is_empty()
+            && self.pending.is_empty()
+            && self.written_pos == self.tx_pos
+        {
+            let recvs = self.send_rx.drain();
+            for r in recvs {
+                self.events.push_back(Event::RecvCompletion(flushed_recv(
+                    r.wr_id,
+                    WcStatus::Flushed,
+                )));
+            }
+            self.finish();
+        }
+    }
+
+    // ------------------------------------------------------------------ errors
+
+    /// First error wins: queue the Terminate, flush everything, stop.
+    fn fail(&mut self, err: ProtoError, ctx: Option<&ErrorContext>) {
+        if self.error.is_some() || matches!(self.state, State::Error | State::Closed) {
+            return;
+        }
+        self.error = Some(err);
+        if err == ProtoError::Crc {
+            self.stats.crc_errors += 1;
+        }
+        self.events.push_back(Event::Error(err));
+        if err != ProtoError::StreamLost {
+            self.terminate = Some(terminate_header(err, ctx));
+        }
+        let status = match err {
+            ProtoError::DdpMessageTooLong => WcStatus::LocalLength,
+            ProtoError::RdmapCannotInvalidate | ProtoError::RdmapCannotInvalidateProtection => {
+                WcStatus::RemoteInvalidate
+            }
+            e => WcStatus::Fatal(e),
+        };
+        self.flush_all(Some(status));
+        self.state = State::Error;
+        if self.terminate.is_none() {
+            self.finish();
+        }
+    }
+
+    /// Completes everything in flight: the receive in progress and the read whose response is
+    /// arriving with `current` (if given), everything else as flushed.
+    fn flush_all(&mut self, current: Option<WcStatus>) {
+        let cur = current.unwrap_or(WcStatus::Flushed);
+        // receive side
+        let recv_in_progress = matches!(self.send_rx.current(), Some(SendSink::Posted(_)));
+        for (i, r) in self.send_rx.drain().into_iter().enumerate() {
+            let st = if i == 0 && recv_in_progress {
+                cur
+            } else {
+                WcStatus::Flushed
+            };
+            self.events
+                .push_back(Event::RecvCompletion(flushed_recv(r.wr_id, st)));
+        }
+        // send side, in posting order. Completions whose bytes the driver has not confirmed
+        // as written are flushed; the read whose response was arriving gets `cur`.
+        let mut first_read = true;
+        for p in self.pending.iter_mut() {
+            let confirmed = p.done && p.written_pos <= self.written_pos;
+            if !confirmed {
+                let reading = !p.done && p.c.opcode == WcOpcode::Read;
+                p.c.status = if reading && first_read {
+                    cur
+                } else {
+                    WcStatus::Flushed
+                };
+                first_read &= !reading;
+                p.c.byte_len = 0;
+                p.done = true;
+            }
+            p.written_pos = 0;
+        }
+        let _ = self.orq.drain();
+        self.release_completions();
+        if let Some(TxActive::Sq { wr, .. }) = self.active.take()
+            && !wr.internal
+        {
+            self.events.push_back(Event::Completion(flush_wr(&wr, cur)));
+        }
+        self.active = None;
+        for wr in self.sq.drain(..) {
+            if !wr.internal {
+                self.events
+                    .push_back(Event::Completion(flush_wr(&wr, WcStatus::Flushed)));
+            }
+        }
+        while self.irq.advance(u32::MAX, true).is_some() {}
+        self.stream_buf.clear();
+    }
+
+    // ------------------------------------------------------------------ receive
+
+    /// Feeds received bytes. Returns how many were consumed (always all of them), or the
+    /// error this input caused (it is also reported as [`Event::Error`] and a Terminate is
+    /// queued). Input after an error is ignored.
+    pub fn handle_input<M: Memory + ?Sized>(
+        &mut self,
+        data: &[u8],
+        mem: &mut M,
+        _now: Duration,
+    ) -> Result<usize, ProtoError> {
+        if matches!(self.state, State::Error | State::Closed) {
+            return Ok(data.len());
+        }
+        let mut at = 0;
+        loop {
+            let ev = match self.deframer.next(data, &mut at) {
+                Ok(ev) => ev,
+                Err(e) => {
+                    self.fail(e, None);
+                    return Err(e);
+                }
+            };
+            let r = match ev {
+                DfEvent::NeedMore => break,
+                DfEvent::Header(h) => {
+                    self.on_header(&h, mem);
+                    Ok(())
+                }
+                DfEvent::Payload { range, .. } => self.on_payload(&data[range], mem),
+                DfEvent::End => self.on_end(mem),
+            };
+            r?;
+            if matches!(self.state, State::Closed | State::Error) {
+                // a Terminate from the peer, or an error raised at the end of an FPDU
+                return match self.error {
+                    Some(e) => Err(e),
+                    None => Ok(data.len()),
+                };
+            }
+        }
+        Ok(data.len())
+    }
+
+    fn reject(&mut self, err: ProtoError, ctx: Option<ErrorContext>) {
+        self.rx = RxSeg::Reject { err, ctx };
+    }
+
+    fn on_header<M: Memory + ?Sized>(&mut self, h: &UlpduHeader, mem: &mut M) {
+        self.stats.fpdus_in += 1;
+        let bytes = h.bytes();
+        let ulpdu_len = h.ulpdu_len();
+        // A ULPDU shorter than its own DDP header: an implausible ULPDU length, i.e. lost
+        // framing (the error taxonomy's MarkerMismatch; RFC 5044 has no closer code).
+        if bytes.len() < header_len_for(bytes[0]) {
+            return self.reject(ProtoError::MarkerMismatch, None);
+        }
+        let ddp = DdpRepr::parse_bytes(bytes).expect("length checked");
+        let ctx = ErrorContext {
+            ulpdu_len: ulpdu_len as u16,
+            ddp_header: TerminatedDdpHeader::from_ulpdu(bytes).expect("length checked"),
+            read_request: None,
+        };
+        let opcode = match rdmap::check_header(&ddp) {
+            Ok(op) => op,
+            Err(e) => return self.reject(e, Some(ctx)),
+        };
+        let len = h.payload_len();
+        let last = ddp.last;
+        match (opcode, ddp.buffer) {
+            (Opcode::Write, DdpBuffer::Tagged { stag, to }) => {
+                // zero-length Writes are not validated (siw; the RTR uses STag 1)
+                let target = if len == 0 {
+                    Target::None
+                } else {
+                    match tagged::validate(
+                        mem,
+                        stag,
+                        to,
+                        len as u64,
+                        self.cfg.pd,
+                        Access::REMOTE_WRITE,
+                        CheckLayer::Ddp,
+                    ) {
+                        Ok(t) => Target::Region {
+                            stag,
+                            offset: t.offset,
+                        },
+                        Err(e) => return self.reject(e, Some(ctx)),
+                    }
+                };
+                self.rx = RxSeg::Place {
+                    opcode,
+                    last,
+                    target,
+                    len,
+                    done: 0,
+                    inv_stag: None,
+                    rtr: false,
+                };
+            }
+            (Opcode::ReadResponse, DdpBuffer::Tagged { stag, to }) => {
+                match self.orq.check_response(stag, to, len as u32, last) {
+                    Ok(p) => {
+                        let target = if len == 0 {
+                            Target::None
+                        } else {
+                            Target::ReadSges { offset: p.offset }
+                        };
+                        self.rx = RxSeg::Place {
+                            opcode,
+                            last,
+                            target,
+                            len,
+                            done: 0,
+                            inv_stag: None,
+                            rtr: false,
+                        };
+                    }
+                    Err(e) => self.reject(e, Some(ctx)),
+                }
+            }
+            (Opcode::ReadRequest, DdpBuffer::Untagged { msn, mo, .. }) => {
+                if let Err(e) = self.rr_rx.check(msn, mo) {
+                    return self.reject(e, Some(ctx));
+                }
+                // A Read Request is exactly its 28-byte header in one segment. Longer is a
+                // message too long for the Read Request queue's element; shorter or split
+                // (L clear) is malformed, which RFC 5040 leaves to us (unspecified).
+                let body_len = ulpdu_len - bytes.len();
+                if body_len > READ_REQUEST_LEN {
+                    return self.reject(ProtoError::DdpMessageTooLong, Some(ctx));
+                }
+                if body_len < READ_REQUEST_LEN || !last {
+                    return self.reject(ProtoError::RdmapUnspecified, Some(ctx));
+                }
+                self.rx = RxSeg::Collect {
+                    what: Collecting::ReadRequest { msn },
+                    ctx,
+                    buf: Vec::with_capacity(READ_REQUEST_LEN),
+                };
+            }
+            (Opcode::Terminate, DdpBuffer::Untagged { .. }) => {
+                // Whatever its MSN/MO: the peer is gone either way (siw does not check either).
+                self.rx = RxSeg::Collect {
+                    what: Collecting::Terminate,
+                    ctx,
+                    buf: Vec::new(),
+                };
+            }
+            (
+                _,
+                DdpBuffer::Untagged {
+                    msn, mo, ulp_rsvd, ..
+                },
+            ) => {
+                let inv_stag = opcode.has_inval_stag().then_some(STag(ulp_rsvd));
+                // The Send RTR: a zero-length Send before anything else, swallowed.
+                if self.hold_for_rtr
+                    && self.rtr_kind == Some(RtrKind::Send)
+                    && len == 0
+                    && mo == 0
+                    && last
+                {
+                    if let Err(e) = self.send_rx.queue().check(msn, mo) {
+                        return self.reject(e, Some(ctx));
+                    }
+                    self.rx = RxSeg::Place {
+                        opcode,
+                        last,
+                        target: Target::None,
+                        len,
+                        done: 0,
+                        inv_stag: None,
+                        rtr: true,
+                    };
+                    return;
+                }
+                match self.send_rx.begin_segment(msn, mo, len as u32) {
+                    Ok(SendPlacement::Posted { offset }) => {
+                        let target = if len == 0 {
+                            Target::None
+                        } else {
+                            Target::RecvSges { offset }
+                        };
+                        self.rx = RxSeg::Place {
+                            opcode,
+                            last,
+                            target,
+                            len,
+                            done: 0,
+                            inv_stag,
+                            rtr: false,
+                        };
+                    }
+                    Ok(SendPlacement::Stream) => {
+                        self.rx = RxSeg::Place {
+                            opcode,
+                            last,
+                            target: Target::Stream,
+                            len,
+                            done: 0,
+                            inv_stag,
+                            rtr: false,
+                        };
+                    }
+                    Err(e) => self.reject(e, Some(ctx)),
+                }
+            }
+            // check_header guarantees the buffer model matches the opcode
+            _ => self.reject(ProtoError::RdmapUnexpectedOpcode, Some(ctx)),
+        }
+    }
+
+    fn on_payload<M: Memory + ?Sized>(
+        &mut self,
+        data: &[u8],
+        mem: &mut M,
+    ) -> Result<(), ProtoError> {
+        match &mut self.rx {
+            RxSeg::Place {
+                target, done, len, ..
+            } => {
+                let at = *done as u64;
+                debug_assert!(*done + data.len() <= *len);
+                *done += data.len();
+                let target = *target;
+                if let Err(e) = self.place(target, at, data, mem) {
+                    self.fail(e, None);
+                    return Err(e);
+                }
+                self.stats.bytes_placed_buffered += data.len() as u64;
+                Ok(())
+            }
+            RxSeg::Collect { buf, what, .. } => {
+                let cap = match what {
+                    Collecting::ReadRequest { .. } => READ_REQUEST_LEN,
+                    Collecting::Terminate => MAX_TERMINATE_BODY,
+                };
+                let room = cap.saturating_sub(buf.len());
+                buf.extend_from_slice(&data[..data.len().min(room)]);
+                Ok(())
+            }
+            RxSeg::Reject { .. } | RxSeg::Idle => Ok(()),
+        }
+    }
+
+    fn place<M: Memory + ?Sized>(
+        &mut self,
+        target: Target,
+        at: u64,
+        data: &[u8],
+        mem: &mut M,
+    ) -> Result<(), ProtoError> {
+        match target {
+            Target::None => Ok(()),
+            Target::Region { stag, offset } => {
+                mem.write(stag, offset + at, data);
+                Ok(())
+            }
+            Target::Stream => {
+                self.stream_buf.extend_from_slice(data);
+                Ok(())
+            }
+            Target::RecvSges { offset } => {
+                let sges = match self.send_rx.current() {
+                    Some(SendSink::Posted(r)) => &r.sges,
+                    _ => return Err(ProtoError::DdpLocalCatastrophic),
+                };
+                place_sges(sges, offset + at, data, mem)
+            }
+            Target::ReadSges { offset } => {
+                let sges = match self.orq.front() {
+                    Some(r) => &r.sink,
+                    None => return Err(ProtoError::DdpLocalCatastrophic),
+                };
+                place_sges(sges, offset + at, data, mem)
+            }
+        }
+    }
+
+    fn on_end<M: Memory + ?Sized>(&mut self, mem: &mut M) -> Result<(), ProtoError> {
+        let rx = core::mem::replace(&mut self.rx, RxSeg::Idle);
+        let first_fpdu = self.hold_for_rtr;
+        let r = match rx {
+            RxSeg::Idle => Ok(()),
+            RxSeg::Reject { err, ctx } => {
+                self.fail(err, ctx.as_ref());
+                Err(err)
+            }
+            RxSeg::Collect {
+                what: Collecting::Terminate,
+                buf,
+                ..
+            } => {
+                self.peer_terminated(&buf);
+                Ok(())
+            }
+            RxSeg::Collect {
+                what: Collecting::ReadRequest { msn },
+                mut ctx,
+                buf,
+            } => self.read_request(msn, &buf, &mut ctx, mem),
+            RxSeg::Place {
+                opcode,
+                last,
+                target,
+                len,
+                inv_stag,
+                rtr,
+                ..
+            } => self.end_placed(opcode, last, target, len as u32, inv_stag, rtr, mem),
+        };
+        if first_fpdu && r.is_ok() {
+            self.hold_for_rtr = false;
+        }
+        r
+    }
+
+    fn read_request<M: Memory + ?Sized>(
+        &mut self,
+        msn: u32,
+        buf: &[u8],
+        ctx: &mut ErrorContext,
+        mem: &mut M,
+    ) -> Result<(), ProtoError> {
+        let body = match ReadRequestBody::parse(buf) {
+            Ok(b) => b,
+            Err(_) => {
+                self.fail(ProtoError::RdmapUnspecified, Some(ctx));
+                return Err(ProtoError::RdmapUnspecified);
+            }
+        };
+        ctx.read_request = Some(body);
+        self.rr_rx.advance(0, true);
+        let check = tagged::validate(
+            mem,
+            body.source_stag,
+            body.source_to,
+            u64::from(body.read_size),
+            self.cfg.pd,
+            Access::REMOTE_READ,
+            CheckLayer::Rdmap,
+        )
+        .map(|_| ())
+        .and_then(|()| self.irq.accept(body, msn));
+        if let Err(e) = check {
+            self.fail(e, Some(ctx));
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn end_placed<M: Memory + ?Sized>(
+        &mut self,
+        opcode: Opcode,
+        last: bool,
+        target: Target,
+        len: u32,
+        inv_stag: Option<STag>,
+        rtr: bool,
+        mem: &mut M,
+    ) -> Result<(), ProtoError> {
+        match opcode {
+            Opcode::Write => Ok(()),
+            Opcode::ReadResponse => {
+                if let Some(done) = self.orq.advance(len, last)
+                    && !done.internal
+                {
+                    self.complete_read(&done);
+                }
+                Ok(())
+            }
+            _ if rtr => {
+                self.send_rx.skip_message();
+                Ok(())
+            }
+            _ => {
+                if target == Target::Stream && !self.stream_buf.is_empty() {
+                    mem.deliver_stream(&self.stream_buf);
+                    self.stream_buf.clear();
+                }
+                let Some((sink, total)) = self.send_rx.end_segment(len, last) else {
+                    return Ok(());
+                };
+                let mut status = WcStatus::Success;
+                let mut err = None;
+                if let Some(stag) = inv_stag
+                    && let Err(e) = rdmap::invalidate(mem, stag, self.cfg.pd)
+                {
+                    status = WcStatus::RemoteInvalidate;
+                    err = Some(e);
+                }
+                if let SendSink::Posted(r) = sink {
+                    self.events.push_back(Event::RecvCompletion(Completion {
+                        wr_id: r.wr_id,
+                        opcode: WcOpcode::Recv,
+                        status,
+                        byte_len: u64::from(total),
+                        inv_stag: if err.is_none() { inv_stag } else { None },
+                        solicited: opcode.is_solicited(),
+                    }));
+                }
+                match err {
+                    // The Terminate for a failed invalidation carries the Send's DDP header;
+                    // the segment has been consumed, so it is rebuilt from what we know.
+                    Some(e) => {
+                        let ctx = self.rebuilt_send_ctx(opcode, inv_stag, total, len);
+                        self.fail(e, Some(&ctx));
+                        Err(e)
+                    }
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    fn rebuilt_send_ctx(
+        &self,
+        opcode: Opcode,
+        inv_stag: Option<STag>,
+        total: u32,
+        len: u32,
+    ) -> ErrorContext {
+        let msn = self.send_rx.queue().expected_msn().wrapping_sub(1);
+        let mo = total - len;
+        let msg = match (opcode, inv_stag) {
+            (Opcode::SendSeInvalidate, Some(s)) => RdmapMessage::SendSeInvalidate {
+                msn,
+                mo,
+                inval_stag: s,
+            },
+            (_, Some(s)) => RdmapMessage::SendInvalidate {
+                msn,
+                mo,
+                inval_stag: s,
+            },
+            _ => RdmapMessage::Send { msn, mo },
+        };
+        let h = RdmapHeader::new(msg, true);
+        let mut b = [0u8; 18];
+        h.emit(&mut b).expect("18-byte untagged header");
+        ErrorContext {
+            ulpdu_len: (18 + len) as u16,
+            ddp_header: TerminatedDdpHeader::from_ulpdu(&b).expect("18 bytes"),
+            read_request: None,
+        }
+    }
+
+    fn complete_read(&mut self, done: &OutstandingRead) {
+        if let Some(p) = self
+            .pending
+            .iter_mut()
+            .find(|p| !p.done && p.c.opcode == WcOpcode::Read && p.c.wr_id == done.wr_id)
+        {
+            p.done = true;
+            p.c.byte_len = u64::from(done.len);
+        }
+        self.release_completions();
+        self.check_closing();
+    }
+
+    fn peer_terminated(&mut self, body: &[u8]) {
+        self.stats.terminates_received += 1;
+        let term = match TerminateHeader::parse(body) {
+            Ok((t, _)) => t,
+            Err(_) => {
+                // Too short to hold even its control word: report what there is.
+                let mut w = [0u8; 4];
+                w[..body.len().min(4)].copy_from_slice(&body[..body.len().min(4)]);
+                TerminateHeader::parse(&w)
+                    .map(|(t, _)| t)
+                    .expect("4 bytes parse")
+            }
+        };
+        let _ = self.term_rx.advance(0, true);
+        self.events.push_back(Event::PeerTerminated(term));
+        self.flush_all(Some(WcStatus::RemoteTerminated));
+        self.state = State::Error;
+        self.terminate = None;
+        self.finish();
+    }
+
+    // ------------------------------------------------------------------ direct placement
+
+    /// What to do with the next received bytes: place them directly into their validated
+    /// destination, or buffer them and call [`Connection::handle_input`].
+    pub fn rx_plan(&self) -> RxPlan {
+        if !matches!(self.state, State::Open | State::Closing) {
+            return RxPlan::Buffered;
+        }
+        let RxSeg::Place { target, done, .. } = &self.rx else {
+            return RxPlan::Buffered;
+        };
+        let run = self.deframer.payload_run();
+        if run == 0 {
+            return RxPlan::Buffered;
+        }
+        let at = *done as u64;
+        let sge_target = |sges: &[Sge], offset: u64| {
+            let mut first = None;
+            sge_pieces(sges, offset, run as u64, |addr, l| {
+                if first.is_none() {
+                    first = Some((addr, l));
+                }
+            });
+            match first {
+                Some((addr, l)) => RxPlan::Direct {
+                    target: DirectTarget::Local { addr },
+                    len: l,
+                },
+                None => RxPlan::Buffered,
+            }
+        };
+        match *target {
+            Target::Region { stag, offset } => RxPlan::Direct {
+                target: DirectTarget::Region {
+                    stag,
+                    offset: offset + at,
+                },
+                len: run,
+            },
+            Target::RecvSges { offset } => match self.send_rx.current() {
+                Some(SendSink::Posted(r)) => sge_target(&r.sges, offset + at),
+                _ => RxPlan::Buffered,
+            },
+            Target::ReadSges { offset } => match self.orq.front() {
+                Some(r) => sge_target(&r.sink, offset + at),
+                None => RxPlan::Buffered,
+            },
+            Target::None | Target::Stream => RxPlan::Buffered,
+        }
+    }
+
+    /// The driver read `len` bytes straight into the target [`Connection::rx_plan`] gave.
+    /// They are read back through `mem` for the CRC and accounted.
+    ///
+    /// # Panics
+    ///
+    /// If the current plan is not `Direct` or `len` exceeds it (a driver bug).
+    pub fn placed_direct<M: Memory + ?Sized>(&mut self, len: usize, mem: &mut M) {
+        let RxPlan::Direct { target, len: max } = self.rx_plan() else {
+            panic!("placed_direct without a direct plan");
+        };
+        assert!(len <= max, "placed_direct: {len} bytes, plan allows {max}");
+        let bytes = match target {
+            DirectTarget::Region { stag, offset } => mem.read(stag, offset, len),
+            DirectTarget::Local { addr } => mem.local(addr, len).expect("direct target vanished"),
+        };
+        self.deframer.consume_placed(bytes);
+        self.stats.bytes_placed_direct += len as u64;
+        if let RxSeg::Place { done, .. } = &mut self.rx {
+            *done += len;
+        }
+    }
+
+    // ------------------------------------------------------------------ transmit
+
+    /// The next bytes to write, or `None` if there is nothing to send now.
+    pub fn poll_transmit<M: Memory + ?Sized>(&mut self, mem: &M) -> Option<Transmit> {
+        let mut t = Transmit::default();
+        loop {
+            if t.fpdus > 0 && t.len() >= self.cfg.max_transmit {
+                break;
+            }
+            if let Some(term) = self.terminate.take() {
+                let msn = self.tx_qn[2].take();
+                let h = terminate_message(term, msn);
+                self.frame_segment(&mut t, &h, &[], mem);
+                self.stats.terminates_sent += 1;
+                self.finish();
+                break;
+            }
+            if !matches!(self.state, State::Open | State::Closing) || self.hold_for_rtr {
+                break;
+            }
+            if let Some(kind) = self.rtr_to_send.take() {
+                self.send_rtr(&mut t, kind, mem);
+                continue;
+            }
+            if self.active.is_none() && !self.start_message(mem) {
+                break;
+            }
+            if !self.next_segment(&mut t, mem) {
+                break;
+            }
+        }
+        self.check_closing();
+        if t.fpdus == 0 { None } else { Some(t) }
+    }
+
+    fn send_rtr<M: Memory + ?Sized>(&mut self, t: &mut Transmit, kind: RtrKind, mem: &M) {
+        let h = match kind {
+            RtrKind::Write => RdmapHeader::new(
+                RdmapMessage::Write {
+                    sink_stag: RTR_STAG,
+                    sink_to: 0,
+                },
+                true,
+            ),
+            RtrKind::Send => RdmapHeader::new(
+                RdmapMessage::Send {
+                    msn: self.tx_qn[0].take(),
+                    mo: 0,
+                },
+                true,
+            ),
+            RtrKind::Read => {
+                let body = ReadRequestBody {
+                    sink_stag: RTR_STAG,
+                    sink_to: 0,
+                    read_size: 0,
+                    source_stag: RTR_STAG,
+                    source_to: 0,
+                };
+                self.orq.issue(OutstandingRead {
+                    wr_id: 0,
+                    sink: Vec::new(),
+                    sink_stag: RTR_STAG,
+                    sink_to: 0,
+                    len: 0,
+                    received: 0,
+                    signaled: false,
+                    internal: true,
+                });
+                RdmapHeader::new(
+                    RdmapMessage::ReadRequest {
+                        msn: self.tx_qn[1].take(),
+                        mo: 0,
+                        body,
+                    },
+                    true,
+                )
+            }
+        };
+        self.frame_segment(t, &h, &[], mem);
+    }
+
+    /// Picks the next message (send queue or owed Read Response). Returns false if none can
+    /// start now.
+    fn start_message<M: Memory + ?Sized>(&mut self, mem: &M) -> bool {
+        loop {
+            let sq_ok = match self.sq.front() {
+                Some(SendWr {
+                    kind: WrKind::Read { .. },
+                    ..
+                }) => self.orq.can_issue(),
+                Some(_) => true,
+                None => false,
+            };
+            let rr_ok = !self.irq.is_empty();
+            let take_rr = rr_ok && (!sq_ok || self.prefer_rr);
+            if take_rr {
+                let job = *self.irq.front().expect("non-empty");
+                self.active = Some(TxActive::ReadResponse {
+                    seg: Segmenter::new(u64::from(job.req.read_size), self.cfg.mulpdu, 14),
+                });
+                self.prefer_rr = false;
+                return true;
+            }
+            if !sq_ok {
+                return false;
+            }
+            let wr = self.sq.pop_front().expect("front exists");
+            self.prefer_rr = true;
+            // Check the local source before anything reaches the wire: a bad SGE fails only
+            // this work request (our choice: unlike verbs, the stream stays usable, since the
+            // peer has seen nothing of it).
+            if !matches!(wr.kind, WrKind::Read { .. })
+                && wr
+                    .sges
+                    .iter()
+                    .any(|s| mem.local(s.addr, s.len as usize).is_none())
+            {
+                let c = flush_wr(&wr, WcStatus::LocalProtection);
+                self.pending.push_back(PendingCompletion {
+                    c,
+                    written_pos: self.tx_pos,
+                    done: true,
+                    signaled: true,
+                });
+                self.release_completions();
+                continue;
+            }
+            let (msn, hdr) = match wr.kind {
+                WrKind::Send { .. } => (self.tx_qn[0].take(), 18),
+                WrKind::Write { .. } => (0, 14),
+                WrKind::Read { .. } => (self.tx_qn[1].take(), 18 + READ_REQUEST_LEN),
+            };
+            let total = if matches!(wr.kind, WrKind::Read { .. }) {
+                0
+            } else {
+                wr.len
+            };
+            let seg = Segmenter::new(total, self.cfg.mulpdu, hdr);
+            self.active = Some(TxActive::Sq { wr, seg, msn });
+            return true;
+        }
+    }
+
+    /// Emits the next segment of the active message. Returns false if the connection failed.
+    fn next_segment<M: Memory + ?Sized>(&mut self, t: &mut Transmit, mem: &M) -> bool {
+        let s = match self.active.as_mut() {
+            Some(TxActive::ReadResponse { seg }) | Some(TxActive::Sq { seg, .. }) => {
+                seg.next().expect("an active message has a segment left")
+            }
+            None => return false,
+        };
+        if matches!(self.active, Some(TxActive::ReadResponse { .. })) {
+            return self.next_response_segment(t, s, mem);
+        }
+        let Some(TxActive::Sq { wr, msn, .. }) = self.active.as_ref() else {
+            unreachable!("checked above")
+        };
+        let msn = *msn;
+        let is_read = matches!(wr.kind, WrKind::Read { .. });
+        let h = match wr.kind {
+            WrKind::Send {
+                solicited,
+                inv_stag,
+            } => {
+                let mo = s.offset as u32;
+                let m = match (solicited, inv_stag) {
+                    (false, None) => RdmapMessage::Send { msn, mo },
+                    (true, None) => RdmapMessage::SendSe { msn, mo },
+                    (false, Some(st)) => RdmapMessage::SendInvalidate {
+                        msn,
+                        mo,
+                        inval_stag: st,
+                    },
+                    (true, Some(st)) => RdmapMessage::SendSeInvalidate {
+                        msn,
+                        mo,
+                        inval_stag: st,
+                    },
+                };
+                RdmapHeader::new(m, s.last)
+            }
+            WrKind::Write { stag, to } => RdmapHeader::new(
+                RdmapMessage::Write {
+                    sink_stag: stag,
+                    sink_to: to.wrapping_add(s.offset),
+                },
+                s.last,
+            ),
+            WrKind::Read {
+                sink_stag,
+                sink_to,
+                source_stag,
+                source_to,
+                len,
+            } => {
+                let body = ReadRequestBody {
+                    sink_stag,
+                    sink_to,
+                    read_size: len,
+                    source_stag,
+                    source_to,
+                };
+                RdmapHeader::new(RdmapMessage::ReadRequest { msn, mo: 0, body }, true)
+            }
+        };
+        let mut parts = Vec::new();
+        let mut ok = true;
+        if !is_read && s.len > 0 {
+            ok = sge_pieces(&wr.sges, s.offset, s.len as u64, |addr, l| {
+                parts.push(Src::Local(addr, l))
+            });
+            ok &= parts
+                .iter()
+                .all(|p| matches!(p, Src::Local(a, l) if mem.local(*a, *l).is_some()));
+        }
+        if !ok {
+            // The source vanished in the middle of a message: the stream is broken.
+            self.fail(ProtoError::RdmapLocalCatastrophic, None);
+            return false;
+        }
+        self.frame_segment(t, &h, &parts, mem);
+        if !s.last {
+            return true;
+        }
+        let Some(TxActive::Sq { wr, .. }) = self.active.take() else {
+            unreachable!("checked above")
+        };
+        if let WrKind::Read {
+            sink_stag,
+            sink_to,
+            len,
+            ..
+        } = wr.kind
+        {
+            self.orq.issue(OutstandingRead {
+                wr_id: wr.wr_id,
+                sink: wr.sges.clone(),
+                sink_stag,
+                sink_to,
+                len,
+                received: 0,
+                signaled: wr.signaled,
+                internal: wr.internal,
+            });
+        }
+        if !wr.internal {
+            let c = Completion {
+                wr_id: wr.wr_id,
+                opcode: wr.opcode(),
+                status: WcStatus::Success,
+                byte_len: wr.len,
+                inv_stag: None,
+                solicited: false,
+            };
+            self.pending.push_back(PendingCompletion {
+                c,
+                written_pos: self.tx_pos,
+                done: !is_read,
+                signaled: wr.signaled,
+            });
+            self.release_completions();
+        }
+        true
+    }
+
+    fn next_response_segment<M: Memory + ?Sized>(
+        &mut self,
+        t: &mut Transmit,
+        s: crate::ddp::segment::Segment,
+        mem: &M,
+    ) -> bool {
+        let job = *self.irq.front().expect("an active Read Response is owed");
+        let req = job.req;
+        // Re-check the source: it may have been invalidated since the request came.
+        let check = tagged::validate(
+            mem,
+            req.source_stag,
+            req.source_to.wrapping_add(s.offset),
+            s.len as u64,
+            self.cfg.pd,
+            Access::REMOTE_READ,
+            CheckLayer::Rdmap,
+        );
+        let tgt = match check {
+            Ok(tg) => tg,
+            Err(e) => {
+                let ctx = read_request_ctx(req, job.msn);
+                self.active = None;
+                self.fail(e, Some(&ctx));
+                return false;
+            }
+        };
+        let h = RdmapHeader::new(
+            RdmapMessage::ReadResponse {
+                sink_stag: req.sink_stag,
+                sink_to: req.sink_to.wrapping_add(s.offset),
+            },
+            s.last,
+        );
+        let parts: Vec<Src> = if s.len == 0 {
+            Vec::new()
+        } else {
+            vec![Src::Region(req.source_stag, tgt.offset, s.len)]
+        };
+        self.frame_segment(t, &h, &parts, mem);
+        self.irq.advance(s.len as u32, s.last);
+        if s.last {
+            self.active = None;
+        }
+        true
+    }
+
+    /// Frames one ULPDU (header + payload sources) into `t`.
+    fn frame_segment<M: Memory + ?Sized>(
+        &mut self,
+        t: &mut Transmit,
+        h: &RdmapHeader,
+        parts: &[Src],
+        mem: &M,
+    ) {
+        let mut hb = [0u8; 80];
+        let n = h.emit(&mut hb).expect("our headers are consistent and fit");
+        let mut slices: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+        slices.push(&hb[..n]);
+        for p in parts {
+            slices.push(match *p {
+                Src::Local(addr, l) => mem.local(addr, l).expect("checked before"),
+                Src::Region(stag, off, l) => mem.read(stag, off, l),
+            });
+        }
+        let mut pieces = Vec::new();
+        self.framer.frame(&slices, &mut t.scratch, &mut pieces);
+        let hdr_at = t.scratch.len();
+        t.scratch.extend_from_slice(&hb[..n]);
+        for p in pieces {
+            let tp = match p {
+                Piece::Scratch(r) => TxPiece::Scratch(r),
+                Piece::Ulpdu { part: 0, range } => {
+                    TxPiece::Scratch(hdr_at + range.start..hdr_at + range.end)
+                }
+                Piece::Ulpdu { part, range } => match parts[part - 1] {
+                    Src::Local(addr, _) => TxPiece::Local {
+                        addr: addr + range.start as u64,
+                        len: range.len(),
+                    },
+                    Src::Region(stag, off, _) => TxPiece::Region {
+                        stag,
+                        offset: off + range.start as u64,
+                        len: range.len(),
+                    },
+                },
+            };
+            self.tx_pos += tp.len() as u64;
+            t.pieces.push(tp);
+        }
+        t.fpdus += 1;
+        self.stats.fpdus_out += 1;
+    }
+}
+
+/// A payload source of an outgoing segment.
+#[derive(Debug, Clone, Copy)]
+enum Src {
+    Local(u64, usize),
+    Region(STag, u64, usize),
+}
+
+fn place_sges<M: Memory + ?Sized>(
+    sges: &[Sge],
+    offset: u64,
+    data: &[u8],
+    mem: &mut M,
+) -> Result<(), ProtoError> {
+    let mut pieces = Vec::new();
+    if !sge_pieces(sges, offset, data.len() as u64, |a, l| pieces.push((a, l))) {
+        return Err(ProtoError::DdpLocalCatastrophic);
+    }
+    let mut at = 0;
+    for (addr, l) in pieces {
+        let dst = mem
+            .local_mut(addr, l)
+            .ok_or(ProtoError::DdpLocalCatastrophic)?;
+        dst.copy_from_slice(&data[at..at + l]);
+        at += l;
+    }
+    Ok(())
+}
+
+fn flushed_recv(wr_id: u64, status: WcStatus) -> Completion {
+    Completion {
+        wr_id,
+        opcode: WcOpcode::Recv,
+        status,
+        byte_len: 0,
+        inv_stag: None,
+        solicited: false,
+    }
+}
+
+fn flush_wr(wr: &SendWr, status: WcStatus) -> Completion {
+    Completion {
+        wr_id: wr.wr_id,
+        opcode: wr.opcode(),
+        status,
+        byte_len: 0,
+        inv_stag: None,
+        solicited: false,
+    }
+}
+
+/// The error context of a Read Request we accepted earlier (for a Terminate raised while its
+/// Read Response is produced).
+fn read_request_ctx(req: ReadRequestBody, msn: u32) -> ErrorContext {
+    let h = RdmapHeader::new(
+        RdmapMessage::ReadRequest {
+            msn,
+            mo: 0,
+            body: req,
+        },
+        true,
+    );
+    let mut b = [0u8; 18 + READ_REQUEST_LEN];
+    h.emit(&mut b).expect("46-byte header");
+    ErrorContext {
+        ulpdu_len: b.len() as u16,
+        ddp_header: TerminatedDdpHeader::from_ulpdu(&b).expect("46 bytes"),
+        read_request: Some(req),
+    }
+}

@@ -59,7 +59,11 @@ pub struct TermCode {
 impl TermCode {
     /// Builds a code from its three raw parts.
     pub const fn new(layer: TermLayer, etype: u8, ecode: u8) -> Self {
-        TermCode { layer, etype, ecode }
+        TermCode {
+            layer,
+            etype,
+            ecode,
+        }
     }
 }
 
@@ -251,32 +255,62 @@ impl ProtoError {
             DdpStagNotAssociated => (Ddp, ddp_etype::TAGGED_BUF, ddp_ecode::T_STAG_NOT_ASSOC),
             DdpToWrap => (Ddp, ddp_etype::TAGGED_BUF, ddp_ecode::T_TO_WRAP),
             DdpInvalidQn => (Ddp, ddp_etype::UNTAGGED_BUF, ddp_ecode::UT_INVALID_QN),
-            DdpNoBuffer => (Ddp, ddp_etype::UNTAGGED_BUF, ddp_ecode::UT_INVALID_MSN_NOBUF),
-            DdpMsnRange => (Ddp, ddp_etype::UNTAGGED_BUF, ddp_ecode::UT_INVALID_MSN_RANGE),
+            DdpNoBuffer => (
+                Ddp,
+                ddp_etype::UNTAGGED_BUF,
+                ddp_ecode::UT_INVALID_MSN_NOBUF,
+            ),
+            DdpMsnRange => (
+                Ddp,
+                ddp_etype::UNTAGGED_BUF,
+                ddp_ecode::UT_INVALID_MSN_RANGE,
+            ),
             DdpInvalidMo => (Ddp, ddp_etype::UNTAGGED_BUF, ddp_ecode::UT_INVALID_MO),
             DdpMessageTooLong => (Ddp, ddp_etype::UNTAGGED_BUF, ddp_ecode::UT_MSG_TOO_LONG),
 
             RdmapVersion => (Rdmap, rdmap_etype::REMOTE_OPERATION, rdmap_ecode::VERSION),
             RdmapUnexpectedOpcode => (Rdmap, rdmap_etype::REMOTE_OPERATION, rdmap_ecode::OPCODE),
-            RdmapInvalidStag => (Rdmap, rdmap_etype::REMOTE_PROTECTION, rdmap_ecode::INVALID_STAG),
-            RdmapBaseBounds => (Rdmap, rdmap_etype::REMOTE_PROTECTION, rdmap_ecode::BASE_BOUNDS),
-            RdmapAccessRights => {
-                (Rdmap, rdmap_etype::REMOTE_PROTECTION, rdmap_ecode::ACCESS_RIGHTS)
-            }
-            RdmapStagNotAssociated => {
-                (Rdmap, rdmap_etype::REMOTE_PROTECTION, rdmap_ecode::STAG_NOT_ASSOC)
-            }
+            RdmapInvalidStag => (
+                Rdmap,
+                rdmap_etype::REMOTE_PROTECTION,
+                rdmap_ecode::INVALID_STAG,
+            ),
+            RdmapBaseBounds => (
+                Rdmap,
+                rdmap_etype::REMOTE_PROTECTION,
+                rdmap_ecode::BASE_BOUNDS,
+            ),
+            RdmapAccessRights => (
+                Rdmap,
+                rdmap_etype::REMOTE_PROTECTION,
+                rdmap_ecode::ACCESS_RIGHTS,
+            ),
+            RdmapStagNotAssociated => (
+                Rdmap,
+                rdmap_etype::REMOTE_PROTECTION,
+                rdmap_ecode::STAG_NOT_ASSOC,
+            ),
             RdmapToWrap => (Rdmap, rdmap_etype::REMOTE_PROTECTION, rdmap_ecode::TO_WRAP),
-            RdmapCannotInvalidate => {
-                (Rdmap, rdmap_etype::REMOTE_OPERATION, rdmap_ecode::CANNOT_INVALIDATE)
-            }
-            RdmapCatastrophicStream => {
-                (Rdmap, rdmap_etype::REMOTE_OPERATION, rdmap_ecode::CATASTROPHIC_STREAM)
-            }
-            RdmapUnspecified => (Rdmap, rdmap_etype::REMOTE_OPERATION, rdmap_ecode::UNSPECIFIED),
-            RdmapCannotInvalidateProtection => {
-                (Rdmap, rdmap_etype::REMOTE_PROTECTION, rdmap_ecode::CANNOT_INVALIDATE)
-            }
+            RdmapCannotInvalidate => (
+                Rdmap,
+                rdmap_etype::REMOTE_OPERATION,
+                rdmap_ecode::CANNOT_INVALIDATE,
+            ),
+            RdmapCatastrophicStream => (
+                Rdmap,
+                rdmap_etype::REMOTE_OPERATION,
+                rdmap_ecode::CATASTROPHIC_STREAM,
+            ),
+            RdmapUnspecified => (
+                Rdmap,
+                rdmap_etype::REMOTE_OPERATION,
+                rdmap_ecode::UNSPECIFIED,
+            ),
+            RdmapCannotInvalidateProtection => (
+                Rdmap,
+                rdmap_etype::REMOTE_PROTECTION,
+                rdmap_ecode::CANNOT_INVALIDATE,
+            ),
             DdpLocalCatastrophic => (Ddp, ddp_etype::CATASTROPHIC, 0),
             RdmapLocalCatastrophic => (Rdmap, rdmap_etype::CATASTROPHIC, rdmap_ecode::UNSPECIFIED),
         };
