@@ -33,7 +33,8 @@ extern "C" {
 #endif
 
 /* The setsockopt/getsockopt level of every DDP option. Without the library, the kernel
- * answers ENOPROTOOPT for this level. */
+ * refuses this level: ENOPROTOOPT (setsockopt; IPv6 getsockopt) or EOPNOTSUPP (IPv4
+ * getsockopt). Use ddp_available() to probe. */
 #define SOL_DDP 0x6578 /* 'ex' */
 
 /* ---- socket options (level SOL_DDP) ----------------------------------------------------
@@ -80,6 +81,7 @@ struct ddp_conn_info {
 	uint8_t  term_etype;
 	uint8_t  term_ecode;
 	uint8_t  term_sent;    /* 1 = we sent it, 2 = we received it, 0 = none */
+	uint32_t reserved0;    /* explicit: the layout is the same on every ABI */
 	uint64_t bytes_tx;     /* payload bytes sent / received */
 	uint64_t bytes_rx;
 	uint64_t fpdus_tx;
@@ -106,8 +108,22 @@ __attribute__((weak)) int ddp_reg_mr(int fd, void *addr, size_t len, int access,
  * EINVAL: no such STag in fd's protection domain. */
 __attribute__((weak)) int ddp_dereg_mr(int fd, uint32_t stag);
 
-/* ---- work requests ------------------------------------------------------------------ */
+/* ---- work requests ------------------------------------------------------------------
+ * Semantics follow verbs:
+ * - Payload is never copied: a buffer named by a work request must stay valid and unchanged
+ *   until that request completes (an unsignaled request: until a later signaled request on the
+ *   same socket completes).
+ * - Each socket has a send queue and a receive queue of DDP_QUEUE_DEPTH entries each;
+ *   unsignaled requests hold their slot until they would have completed. A full queue: EAGAIN.
+ * - Completions of one queue arrive in posting order. A request that fails always produces a
+ *   completion, signaled or not. When the connection ends, every outstanding request completes
+ *   (DDP_WC_FLUSH_ERR or the error) before ddp_poll/ddp_wait report EPIPE.
+ * - All functions are thread-safe; one socket may be used from several threads.
+ * - Until the first ddp_post_recv, incoming Sends feed the socket's byte stream (read/recv):
+ *   a peer's first Send may arrive before the receiver posts, so a protocol that needs a
+ *   posted receive for it reads that first message from the stream (rping's server does). */
 #define DDP_MAX_SGE 16
+#define DDP_QUEUE_DEPTH 1024
 
 #define DDP_SIGNALED  0x1 /* generate a completion for this work request */
 #define DDP_SOLICITED 0x2 /* Send with Solicited Event */
@@ -175,9 +191,14 @@ __attribute__((weak)) int ddp_event_fd(int fd);
 __attribute__((weak)) int ddp_version(void);
 #define DDP_API_VERSION 1
 
+/* The library's own view of this interface: every constant, and the size and field offsets of
+ * every struct, as "name value" lines (sockopt-ext-h/test/abi.c compares it with the header). */
+__attribute__((weak)) const char *ddp_abi_describe(void);
+
 /* 1 if libexsock.so is loaded (preloaded or linked), else 0. Call it before any other ddp_*
  * function: without the library those symbols are null. A second, library-independent probe:
- * getsockopt(fd, SOL_DDP, DDP_MODE, ...) fails with ENOPROTOOPT when the library is absent. */
+ * setsockopt(fd, SOL_DDP, DDP_MODE, ...) on a TCP socket fails with ENOPROTOOPT when the
+ * library is absent. */
 static inline int ddp_available(void)
 {
 	return ddp_version != NULL && ddp_version() >= 1;
