@@ -67,7 +67,7 @@ use crate::ddp::segment::Segmenter;
 use crate::ddp::tagged::{self, CheckLayer};
 use crate::ddp::untagged::{QueueRx, QueueTx, SendPlacement, SendRx, SendSink};
 use crate::ddp::{Access, Memory, STag, Sge, sge_pieces, sge_total};
-use crate::error::ProtoError;
+use crate::error::{ProtoError, TermCode, TermLayer};
 use crate::mpa::deframer::{Deframer, Event as DfEvent, RxConfig, UlpduHeader};
 use crate::mpa::framer::{Framer, Piece, TxConfig};
 use crate::mpa::markers::MAX_ULPDU_LEN;
@@ -1364,12 +1364,17 @@ impl Connection {
         let term = match TerminateHeader::parse(body) {
             Ok((t, _)) => t,
             Err(_) => {
-                // Too short to hold even its control word: report what there is.
+                // The body is shorter than its control word, or than the copies its M/D/R
+                // flags announce: report the code from what there is, without copies (a
+                // hostile peer must not be able to make this fail).
                 let mut w = [0u8; 4];
                 w[..body.len().min(4)].copy_from_slice(&body[..body.len().min(4)]);
-                TerminateHeader::parse(&w)
-                    .map(|(t, _)| t)
-                    .expect("4 bytes parse")
+                let w = u32::from_be_bytes(w);
+                TerminateHeader::new(TermCode::new(
+                    TermLayer::from_raw((w >> 28) as u8),
+                    ((w >> 24) & 0x0f) as u8,
+                    ((w >> 16) & 0xff) as u8,
+                ))
             }
         };
         let _ = self.term_rx.advance(0, true);

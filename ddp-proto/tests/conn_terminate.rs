@@ -743,3 +743,24 @@ fn peer_terminate_flushes_everything() {
     );
     assert!(p.b.error_events().is_empty());
 }
+
+/// Found by the `connection_ops` fuzz target: a peer's Terminate whose body is shorter than
+/// the copies its M/D/R flags announce must be reported (code only), not crash the process.
+#[test]
+fn peer_terminate_with_truncated_body_is_reported_not_fatal() {
+    let mut p = pair();
+    // Untagged, last, DDP version 1; RDMAP version 1, opcode 7 (Terminate); QN 2, MSN 1, MO 0.
+    let mut u = vec![0x41, 0x47, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0];
+    // Terminate Control cut after 3 bytes: layer 0, etype 1, ecode 2, and M|D|R all set.
+    u.extend_from_slice(&[0x01, 0x02, 0xe0]);
+    let now = p.now;
+    let r = p.b.conn.handle_input(&fpdu(&u, true), &mut p.b.mem, now);
+    assert!(r.is_ok(), "{r:?}");
+    p.drive();
+    let t =
+        p.b.peer_terminated()
+            .expect("B reports the peer's Terminate");
+    assert_eq!(raw(t.code), (0, 1, 2));
+    assert!(t.ddp_header.is_none() && t.rdmap_header.is_none());
+    assert!(p.b.closed());
+}
