@@ -598,6 +598,28 @@ impl Connection {
         self.send_rx.posted_len()
     }
 
+    /// Whether the receive side is between messages: at an FPDU boundary, no Send message and
+    /// no Read Response half received. A TCP end of stream here is a clean end; anywhere else it
+    /// is [`ProtoError::StreamLost`] (see [`Connection::handle_eof`]).
+    pub fn is_idle(&self) -> bool {
+        self.deframer.is_idle()
+            && !self.send_rx.queue().in_message()
+            && !self.orq.front().is_some_and(|r| r.received > 0)
+    }
+
+    /// What a Send that finds no posted receive does. A driver that offers both plain stream
+    /// I/O and posted receives starts in [`RecvMode::Stream`] and switches to
+    /// [`RecvMode::Posted`] when the application posts its first receive; the change applies
+    /// from the next incoming message on.
+    pub fn set_recv_mode(&mut self, mode: RecvMode) {
+        self.send_rx.set_mode(mode);
+    }
+
+    /// The current receive mode (see [`Connection::set_recv_mode`]).
+    pub fn recv_mode(&self) -> RecvMode {
+        self.send_rx.mode()
+    }
+
     /// No timer is needed in full operation: always `None`.
     pub fn poll_timeout(&self) -> Option<Duration> {
         None
@@ -750,13 +772,8 @@ impl Connection {
         if matches!(self.state, State::Closed) {
             return;
         }
-        if self.state != State::Error {
-            let mid = !self.deframer.is_idle()
-                || self.send_rx.queue().in_message()
-                || self.orq.front().is_some_and(|r| r.received > 0);
-            if mid {
-                self.fail(ProtoError::StreamLost, None);
-            }
+        if self.state != State::Error && !self.is_idle() {
+            self.fail(ProtoError::StreamLost, None);
         }
         self.flush_all(None);
         self.finish();

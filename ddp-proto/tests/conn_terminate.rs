@@ -764,3 +764,34 @@ fn peer_terminate_with_truncated_body_is_reported_not_fatal() {
     assert!(t.ddp_header.is_none() && t.rdmap_header.is_none());
     assert!(p.b.closed());
 }
+
+/// A receiver that starts as a byte stream and switches to posted receives (what ddp-user does
+/// on the first `ddp_post_recv`): Sends before the switch feed the stream, the next Send
+/// lands in a posted receive, and a Send after that, with no receive posted, is the DDP error
+/// "invalid MSN - no buffer available".
+#[test]
+fn switching_to_posted_receives_enforces_them() {
+    let mut p = Pair::new(Opts {
+        mode_b: ddp_proto::conn::RecvMode::Stream,
+        ..Opts::default()
+    });
+    p.a.conn.post_send(1, &[Sge::new(BASE, 10)], SIG).unwrap();
+    p.drive();
+    assert_eq!(p.b.mem.stream.len(), 10);
+    p.b.conn.set_recv_mode(ddp_proto::conn::RecvMode::Posted);
+    assert_eq!(p.b.conn.recv_mode(), ddp_proto::conn::RecvMode::Posted);
+    p.b.conn.post_recv(7, &[Sge::new(BASE, 64)]).unwrap();
+    p.a.conn.post_send(2, &[Sge::new(BASE, 20)], SIG).unwrap();
+    p.drive();
+    let rc = p.b.recv_completions();
+    assert_eq!(rc.len(), 1);
+    assert_eq!((rc[0].wr_id, rc[0].byte_len), (7, 20));
+    assert_eq!(p.b.mem.stream.len(), 10, "nothing more went to the stream");
+    p.a.conn.post_send(3, &[Sge::new(BASE, 5)], SIG).unwrap();
+    p.drive();
+    assert_eq!(p.b.error_events(), vec![ProtoError::DdpNoBuffer]);
+    assert_eq!(
+        raw(sent_terminate(&p.b, true, false).unwrap().code),
+        (1, 2, 2)
+    );
+}

@@ -206,6 +206,17 @@ impl SendRx {
         });
     }
 
+    /// What a Send that finds no posted receive does.
+    pub fn mode(&self) -> RecvMode {
+        self.mode
+    }
+
+    /// Changes what a Send that finds no posted receive does, from the next message on (a
+    /// message already being received keeps its destination).
+    pub fn set_mode(&mut self, mode: RecvMode) {
+        self.mode = mode;
+    }
+
     /// Number of posted receives not yet matched to a message.
     pub fn posted_len(&self) -> usize {
         self.posted.len()

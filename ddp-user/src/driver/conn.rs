@@ -1,0 +1,838 @@
+//! One DDP socket's state and the protocol work on it: the non-blocking steps that both the
+//! inline paths (application threads inside the library) and the progress thread run, always
+//! under the connection's lock.
+//!
+//! # Sharing a connection between application threads and the progress thread
+//!
+//! All protocol state of a socket ([`ConnState`]: the `Connection`, the unsent tail, the
+//! stream backlog, the MPA exchange) sits behind one mutex, and every system call made under
+//! it is non-blocking, so the lock is only ever held for a bounded burst of work. Nobody
+//! sleeps holding it: a thread that must wait (blocking `recv`, `send` on a full socket,
+//! `wait_cq`, a blocking MPA exchange) releases it and `poll`s the TCP socket (and the
+//! socketpair or the CQ eventfd), then takes it again and does the work itself.
+//!
+//! The progress thread watches the TCP socket and `eng_end` with `EPOLLONESHOT`. While an
+//! application thread is inside the library on a socket (`inline > 0`), the progress thread
+//! leaves that socket's TCP input to it: when a one-shot event fires it only notes that the
+//! socket is disarmed. The last application thread to leave re-arms it (level-triggered
+//! interest, so anything that arrived meanwhile fires at once): no lost wakeups, and no
+//! spinning. Each waiting application thread does everything the progress thread would do
+//! for that socket (reads input, flushes the tail, serves Read Requests), so nothing
+//! stalls while the progress thread stands aside.
+//!
+//! # Where received stream data goes
+//!
+//! Payload of Sends that found no posted receive is the byte stream of plain read/write. It
+//! goes straight into the buffers of an application thread inside `recv` when the socketpair
+//! and the backlog are empty (checked under the lock, so the order holds), else to the
+//! `backlog`, which is flushed into `eng_end` as far as the socketpair takes it. EOF (or the
+//! end of the connection) becomes `shutdown(eng_end, SHUT_WR)` after the last byte.
+
+use core::time::Duration;
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use ddp_proto::conn::{
+    ConnConfig, Connection, DirectTarget, Event, MIN_MULPDU, RecvMode, Role, RxPlan, SendFlags,
+    State, Transmit, TxPiece, WcOpcode, WcStatus,
+};
+use ddp_proto::ddp::Sge;
+use ddp_proto::error::ProtoError;
+use ddp_proto::mpa::markers::{MAX_ULPDU_LEN, mulpdu};
+use ddp_proto::mpa::startup::Negotiated;
+
+use crate::driver::mem::SessionMem;
+use crate::driver::startup::{Startup, Step};
+use crate::engine::cq::{LastTerminate, wc_from_completion};
+use crate::sys::{self, Errno};
+
+use super::Shared;
+
+/// Stream data accepted for sending but not yet written, per socket, before a blocking
+/// `send` waits (and a non-blocking one says `EAGAIN`).
+pub(crate) const TX_STREAM_LIMIT: usize = 4 << 20;
+/// Received stream data held by the engine beyond what the socketpair took, before it stops
+/// reading the TCP socket (back-pressure to the peer).
+pub(crate) const RX_BACKLOG_LIMIT: usize = 4 << 20;
+/// Largest stream Send message the engine builds from one `send` call.
+const STREAM_MSG_MAX: usize = 1 << 20;
+/// Buffered reads when direct placement is likely: a header and a little more.
+const SMALL_READ: usize = 256;
+/// Buffered reads in stream mode.
+const BIG_READ: usize = 64 * 1024;
+/// Bytes read per session at most (then the thread comes back, fairness).
+const READ_BUDGET: usize = 8 << 20;
+/// How long `close` lets queued work drain before the TCP connection is closed anyway.
+pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(2);
+/// Most iovecs per `sendmsg` (IOV_MAX).
+const MAX_IOV: usize = 1024;
+
+/// What one entry of the send queue is, in posting order (every send-queue work request is
+/// posted signaled, so each produces exactly one completion, in order).
+#[derive(Debug, Clone, Copy)]
+enum SqMeta {
+    /// Stream data (plain `send`): the engine-owned buffer with this key.
+    Stream { key: u64, len: usize },
+    /// An application work request.
+    App { wr_id: u64, signaled: bool },
+}
+
+/// Unsent bytes of a `Transmit`, from piece `piece`, byte `off` of it.
+struct Tail {
+    t: Transmit,
+    piece: usize,
+    off: usize,
+}
+
+/// Received stream data not yet in the socketpair.
+#[derive(Default)]
+pub(crate) struct Backlog {
+    chunks: VecDeque<Vec<u8>>,
+    front_off: usize,
+    len: usize,
+}
+
+impl Backlog {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn push(&mut self, v: Vec<u8>) {
+        if !v.is_empty() {
+            self.len += v.len();
+            self.chunks.push_back(v);
+        }
+    }
+
+    fn front(&self) -> &[u8] {
+        self.chunks
+            .front()
+            .map_or(&[][..], |c| &c[self.front_off..])
+    }
+
+    fn consume(&mut self, mut n: usize) {
+        self.len -= n;
+        while n > 0 {
+            let c = self.chunks.front().expect("consume within len");
+            let left = c.len() - self.front_off;
+            if n < left {
+                self.front_off += n;
+                return;
+            }
+            n -= left;
+            self.chunks.pop_front();
+            self.front_off = 0;
+        }
+    }
+
+    /// Copies up to `out`'s capacity into the caller's buffers (via `put`) and consumes it.
+    pub(crate) fn drain_into(&mut self, mut put: impl FnMut(&[u8]) -> usize) -> usize {
+        let mut total = 0;
+        while !self.is_empty() {
+            let n = put(self.front());
+            if n == 0 {
+                break;
+            }
+            total += n;
+            self.consume(n);
+        }
+        total
+    }
+}
+
+/// The phase of a socket.
+pub(crate) enum Phase {
+    /// MPA exchange under way (non-blocking sockets: served by the progress thread).
+    Startup(Box<Startup>),
+    /// Full operation (or closing, or ended: see `conn.state()`).
+    Open,
+    /// The MPA exchange failed (`so_error` says why).
+    Failed,
+}
+
+/// The state of one DDP socket (see the module docs).
+pub(crate) struct ConnState {
+    pub(crate) phase: Phase,
+    pub(crate) conn: Option<Connection>,
+    pub(crate) neg: Option<Negotiated>,
+    pub(crate) role: Role,
+    pub(crate) mulpdu: usize,
+    tail: Option<Tail>,
+    rx_buf: Vec<u8>,
+    /// FPDU bytes read during the MPA exchange, not yet fed.
+    pending_in: Vec<u8>,
+    /// No receive was ever posted: Sends without one are the plain byte stream.
+    pub(crate) stream_mode: bool,
+    /// An RDMA Write was placed since the last stream data: prefer small reads.
+    tagged_seen: bool,
+    pub(crate) backlog: Backlog,
+    sq_meta: VecDeque<SqMeta>,
+    stream_bufs: HashMap<u64, Vec<u8>>,
+    next_stream_key: u64,
+    /// Stream bytes posted and not yet completed (written).
+    pub(crate) stream_queued: usize,
+    /// Stream bytes written by the application before the MPA exchange completed.
+    pre_open_tx: Vec<u8>,
+    /// Registered interest of the TCP fd in the progress thread's epoll (0 = disarmed).
+    pub(crate) tcp_armed: u32,
+    pub(crate) eng_armed: u32,
+    /// What a running MPA exchange waits for (`POLLIN`/`POLLOUT`).
+    pub(crate) startup_events: i16,
+    pub(crate) registered: bool,
+    /// Application threads inside the library on this socket.
+    pub(crate) inline: u32,
+    /// TCP input ended (EOF or error).
+    pub(crate) rx_eof: bool,
+    /// `eng_end` reported EOF (the application shut down its side with a raw syscall).
+    eng_rd_eof: bool,
+    /// `shutdown(eng_end, SHUT_WR)` done.
+    pub(crate) eng_shut: bool,
+    /// `Event::Closed` seen: the protocol stream is over.
+    pub(crate) conn_done: bool,
+    /// The application shut down writing: flush, then TCP `SHUT_WR`.
+    pub(crate) want_shut_wr: bool,
+    pub(crate) tcp_shut_wr: bool,
+    /// The application asked for `SHUT_RD`.
+    pub(crate) rd_shut: bool,
+    /// Pending socket error (`SO_ERROR`).
+    pub(crate) so_error: i32,
+    pub(crate) last_term: Option<LastTerminate>,
+    pub(crate) bytes_tx: u64,
+    pub(crate) bytes_rx: u64,
+    /// `close` was called: drain until this deadline, then close.
+    pub(crate) close_deadline: Option<Instant>,
+    /// Epoll registrations removed; nothing more happens on this socket.
+    pub(crate) finalized: bool,
+}
+
+/// What an operation on an ended connection says (`sockopt_ext.h`: `EPIPE`; why it ended
+/// is in `SO_ERROR` / `DDP_CONN_INFO`).
+pub(crate) fn ended_errno(_st: &ConnState) -> Errno {
+    Errno::EPIPE
+}
+
+impl ConnState {
+    pub(crate) fn new(phase: Phase, role: Role) -> ConnState {
+        ConnState {
+            phase,
+            conn: None,
+            neg: None,
+            role,
+            mulpdu: 0,
+            tail: None,
+            rx_buf: vec![0; BIG_READ],
+            pending_in: Vec::new(),
+            stream_mode: true,
+            tagged_seen: false,
+            backlog: Backlog::default(),
+            sq_meta: VecDeque::new(),
+            stream_bufs: HashMap::new(),
+            next_stream_key: 0,
+            stream_queued: 0,
+            pre_open_tx: Vec::new(),
+            tcp_armed: 0,
+            eng_armed: 0,
+            startup_events: libc::POLLOUT,
+            registered: false,
+            inline: 0,
+            rx_eof: false,
+            eng_rd_eof: false,
+            eng_shut: false,
+            conn_done: false,
+            want_shut_wr: false,
+            tcp_shut_wr: false,
+            rd_shut: false,
+            so_error: 0,
+            last_term: None,
+            bytes_tx: 0,
+            bytes_rx: 0,
+            close_deadline: None,
+            finalized: false,
+        }
+    }
+
+    /// Whether the connection is in full operation and accepts new work.
+    pub(crate) fn is_open(&self) -> bool {
+        matches!(self.phase, Phase::Open)
+            && self.conn.as_ref().is_some_and(|c| c.state() == State::Open)
+    }
+
+    /// Whether the MPA exchange is still running.
+    pub(crate) fn is_connecting(&self) -> bool {
+        matches!(self.phase, Phase::Startup(_))
+    }
+
+    /// Whether unsent bytes are held.
+    pub(crate) fn has_tail(&self) -> bool {
+        self.tail.is_some()
+    }
+
+    /// Whether received stream data is waiting in the engine (backlog).
+    pub(crate) fn rx_done(&self) -> bool {
+        self.rx_eof || self.conn_done || matches!(self.phase, Phase::Failed)
+    }
+
+    /// The MPA exchange finished: build the connection.
+    pub(crate) fn open(&mut self, sh: &Shared, neg: Negotiated, leftover: Vec<u8>) {
+        let emss = sys::tcp_maxseg(sh.tcp_fd).unwrap_or(1460);
+        let m = mulpdu(emss, neg.markers_tx).clamp(MIN_MULPDU, MAX_ULPDU_LEN);
+        let cfg = ConnConfig::new(m, RecvMode::Stream, sh.pd);
+        let conn = Connection::new(self.role, &neg, cfg).expect("MULPDU clamped into range");
+        self.mulpdu = m;
+        self.conn = Some(conn);
+        self.neg = Some(neg);
+        self.phase = Phase::Open;
+        self.pending_in = leftover;
+        let pre = core::mem::take(&mut self.pre_open_tx);
+        if !pre.is_empty() {
+            let _ = self.post_stream(pre);
+        }
+    }
+
+    /// The MPA exchange failed.
+    pub(crate) fn fail_startup(&mut self, e: Errno) {
+        self.phase = Phase::Failed;
+        self.so_error = e.0;
+        self.rx_eof = true;
+        self.pre_open_tx.clear();
+    }
+
+    /// Advances a running MPA exchange (non-blocking). Returns the events to wait for if it
+    /// is still running.
+    pub(crate) fn step_startup(&mut self, sh: &Shared) -> Option<i16> {
+        let Phase::Startup(s) = &mut self.phase else {
+            return None;
+        };
+        match s.step(sh.tcp_fd, sh.engine.now()) {
+            Step::Pending { events } => Some(events),
+            Step::Done(neg, leftover) => {
+                self.open(sh, neg, leftover);
+                None
+            }
+            Step::Failed(e) => {
+                let _ = sys::shutdown(sh.tcp_fd, libc::SHUT_RDWR);
+                self.fail_startup(e);
+                None
+            }
+        }
+    }
+
+    /// The MPA deadline, if an exchange is running.
+    pub(crate) fn startup_deadline(&self) -> Option<Duration> {
+        match &self.phase {
+            Phase::Startup(s) => s.deadline(),
+            _ => None,
+        }
+    }
+
+    // ---------------------------------------------------------------- posting
+
+    /// Posts stream data (an engine-owned copy) as one Send.
+    pub(crate) fn post_stream(&mut self, data: Vec<u8>) -> Result<(), Errno> {
+        let conn = self.conn.as_mut().ok_or(Errno::ENOTCONN)?;
+        let key = self.next_stream_key;
+        self.next_stream_key += 1;
+        let len = data.len();
+        let sge = [Sge::new(data.as_ptr() as u64, len as u32)];
+        let flags = SendFlags {
+            signaled: true,
+            solicited: false,
+        };
+        conn.post_send(key, &sge, flags).map_err(|_| Errno::EPIPE)?;
+        self.stream_bufs.insert(key, data);
+        self.sq_meta.push_back(SqMeta::Stream { key, len });
+        self.stream_queued += len;
+        self.bytes_tx += len as u64;
+        Ok(())
+    }
+
+    /// Accepts stream bytes from `bufs` (copied) up to the stream limit; returns how many.
+    pub(crate) fn accept_stream(&mut self, bufs: &[&[u8]]) -> Result<usize, Errno> {
+        let mut accepted = 0;
+        let mut cur = Vec::new();
+        for b in bufs {
+            let mut b = *b;
+            while !b.is_empty() {
+                let room = TX_STREAM_LIMIT.saturating_sub(self.stream_queued + cur.len());
+                if room == 0 {
+                    break;
+                }
+                let take = b.len().min(room).min(STREAM_MSG_MAX - cur.len());
+                cur.extend_from_slice(&b[..take]);
+                b = &b[take..];
+                accepted += take;
+                if cur.len() == STREAM_MSG_MAX {
+                    self.post_stream(core::mem::take(&mut cur))?;
+                }
+            }
+        }
+        if !cur.is_empty() {
+            self.post_stream(cur)?;
+        }
+        Ok(accepted)
+    }
+
+    /// Stream bytes written before the MPA exchange completed (queued, sent at open).
+    pub(crate) fn queue_pre_open(&mut self, bufs: &[&[u8]]) -> usize {
+        let mut n = 0;
+        for b in bufs {
+            let room = TX_STREAM_LIMIT.saturating_sub(self.pre_open_tx.len());
+            let take = b.len().min(room);
+            self.pre_open_tx.extend_from_slice(&b[..take]);
+            n += take;
+        }
+        n
+    }
+
+    /// Records an application work request posted to the send queue.
+    pub(crate) fn note_app_wr(&mut self, wr_id: u64, signaled: bool, payload: u64) {
+        self.sq_meta.push_back(SqMeta::App { wr_id, signaled });
+        self.bytes_tx += payload;
+    }
+
+    // ---------------------------------------------------------------- receiving
+
+    /// Reads and processes TCP input, non-blocking, until the socket is drained, the caller's
+    /// buffers are full, the backlog is over its limit, or the budget is spent.
+    pub(crate) fn pump_input(&mut self, sh: &Shared, mem: &mut SessionMem<'_, '_, '_>) {
+        let now = sh.engine.now();
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        if !self.pending_in.is_empty() {
+            let data = core::mem::take(&mut self.pending_in);
+            let _ = conn.handle_input(&data, mem, now);
+        }
+        let mut budget = READ_BUDGET;
+        while !self.rx_eof && budget > 0 {
+            if self.backlog.len() + mem.overflow.len() >= RX_BACKLOG_LIMIT || mem.sink_full() {
+                break;
+            }
+            // Pure byte stream: large buffered reads. Otherwise direct placement is likely
+            // next: read headers in small bites, and only a small tail after a placement.
+            let plan = conn.rx_plan();
+            if matches!(
+                plan,
+                RxPlan::Direct {
+                    target: DirectTarget::Region { .. },
+                    ..
+                }
+            ) {
+                self.tagged_seen = true; // RDMA Writes arrive here: read in small bites
+            }
+            let big = self.stream_mode
+                && !self.tagged_seen
+                && conn.recvs_posted() == 0
+                && conn.reads_outstanding() == 0;
+            let mut asked;
+            let got = match plan {
+                RxPlan::Direct { target, len } => {
+                    let tail_len = if big { BIG_READ } else { SMALL_READ };
+                    asked = len + tail_len;
+                    match mem.recv_direct(sh.tcp_fd, target, len, &mut self.rx_buf[..tail_len]) {
+                        Ok((0, 0)) => Ok(0),
+                        Ok((placed, tail)) => {
+                            if placed > 0 {
+                                conn.placed_direct(placed, mem);
+                            }
+                            if tail > 0 {
+                                let _ = conn.handle_input(&self.rx_buf[..tail], mem, now);
+                            }
+                            Ok(placed + tail)
+                        }
+                        // The region went away: read the bytes into our buffer, where
+                        // placement drops them.
+                        Err(None) => {
+                            asked = len.min(BIG_READ);
+                            let r =
+                                sys::recv(sh.tcp_fd, &mut self.rx_buf[..asked], libc::MSG_DONTWAIT);
+                            if let Ok(n) = r
+                                && n > 0
+                            {
+                                let _ = conn.handle_input(&self.rx_buf[..n], mem, now);
+                            }
+                            r
+                        }
+                        Err(Some(e)) => Err(e),
+                    }
+                }
+                RxPlan::Buffered => {
+                    asked = if big { BIG_READ } else { SMALL_READ };
+                    let r = sys::recv(sh.tcp_fd, &mut self.rx_buf[..asked], libc::MSG_DONTWAIT);
+                    if let Ok(n) = r
+                        && n > 0
+                    {
+                        let _ = conn.handle_input(&self.rx_buf[..n], mem, now);
+                    }
+                    r
+                }
+            };
+            if mem.stream_bytes > 0 {
+                self.tagged_seen = false; // the stream is busy again: large reads
+            }
+            match got {
+                Ok(0) => {
+                    self.rx_eof = true;
+                    let pure_stream = self.stream_mode
+                        && conn.is_idle()
+                        && conn.recvs_posted() == 0
+                        && conn.reads_outstanding() == 0
+                        && conn.reads_owed() == 0;
+                    // A clean EOF (between messages) on a pure byte stream is a half-close:
+                    // we may still send (our choice; see the crate docs). Otherwise the
+                    // stream is over (mid-message: lost).
+                    if !pure_stream || self.tcp_shut_wr || self.close_deadline.is_some() {
+                        conn.handle_eof();
+                    }
+                }
+                Ok(n) => {
+                    budget = budget.saturating_sub(n);
+                    if n < asked {
+                        break; // the socket is (very likely) drained: save an EAGAIN
+                    }
+                }
+                Err(Errno::EAGAIN) => break,
+                Err(e) => {
+                    self.rx_eof = true;
+                    if self.so_error == 0 {
+                        self.so_error = e.0;
+                    }
+                    conn.handle_eof();
+                }
+            }
+            if matches!(conn.state(), State::Error | State::Closed) {
+                // Input is ignored now; the Terminate still has to go out.
+                if self.conn_done || conn.state() == State::Closed {
+                    break;
+                }
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- transmitting
+
+    /// Writes the unsent tail and everything the connection has to send, non-blocking.
+    /// Returns `Ok(true)` if everything went out.
+    pub(crate) fn flush_tx(
+        &mut self,
+        sh: &Shared,
+        mem: &mut SessionMem<'_, '_, '_>,
+    ) -> Result<bool, Errno> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(true);
+        };
+        if self.tcp_shut_wr {
+            return Ok(self.tail.is_none());
+        }
+        loop {
+            if self.tail.is_none() {
+                match conn.poll_transmit(mem) {
+                    Some(t) => {
+                        self.tail = Some(Tail {
+                            t,
+                            piece: 0,
+                            off: 0,
+                        })
+                    }
+                    None => return Ok(true),
+                }
+            }
+            let tail = self.tail.as_mut().expect("set above");
+            let mut iov = Vec::with_capacity((tail.t.pieces.len() - tail.piece).min(MAX_IOV));
+            let mut asked = 0;
+            for (i, p) in tail.t.pieces[tail.piece..].iter().enumerate() {
+                if iov.len() == MAX_IOV {
+                    break;
+                }
+                let bytes = tail.t.piece_bytes(p, &*mem);
+                let bytes = if i == 0 { &bytes[tail.off..] } else { bytes };
+                iov.push(sys::iovec(bytes.as_ptr(), bytes.len()));
+                asked += bytes.len();
+            }
+            match sys::sendmsg(sh.tcp_fd, &iov, libc::MSG_DONTWAIT) {
+                Ok(n) => {
+                    conn.on_written(n as u64);
+                    let mut left = n;
+                    while left > 0 {
+                        let plen = tail.t.pieces[tail.piece].len() - tail.off;
+                        if left >= plen {
+                            left -= plen;
+                            tail.piece += 1;
+                            tail.off = 0;
+                        } else {
+                            tail.off += left;
+                            left = 0;
+                        }
+                    }
+                    if tail.piece == tail.t.pieces.len() {
+                        self.tail = None;
+                    } else if n < asked {
+                        self.keep_tail(mem);
+                        return Ok(false);
+                    }
+                }
+                Err(Errno::EAGAIN) => {
+                    self.keep_tail(mem);
+                    return Ok(false);
+                }
+                Err(e) => {
+                    // The TCP connection broke under us: the stream is lost.
+                    self.tail = None;
+                    if self.so_error == 0 {
+                        self.so_error = e.0;
+                    }
+                    self.tcp_shut_wr = true;
+                    conn.handle_eof();
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// The tail outlives this session: copy the bytes of registered regions it references
+    /// (Read Response sources may be deregistered before the next session). Local pieces
+    /// stay valid until their completion, which needs them written first.
+    fn keep_tail(&mut self, mem: &SessionMem<'_, '_, '_>) {
+        let Some(tail) = self.tail.as_mut() else {
+            return;
+        };
+        if !tail.t.pieces[tail.piece..]
+            .iter()
+            .any(|p| matches!(p, TxPiece::Region { .. }))
+        {
+            return;
+        }
+        Self::own_tail(tail, mem, false);
+    }
+
+    /// Copies the remaining bytes of the tail into its scratch (regions only, or all).
+    fn own_tail(tail: &mut Tail, mem: &SessionMem<'_, '_, '_>, all: bool) {
+        let mut scratch = core::mem::take(&mut tail.t.scratch);
+        let mut pieces = Vec::with_capacity(tail.t.pieces.len() - tail.piece);
+        for (i, p) in tail.t.pieces[tail.piece..].iter().enumerate() {
+            let off = if i == 0 { tail.off } else { 0 };
+            let keep =
+                matches!(p, TxPiece::Scratch(_)) || (!all && matches!(p, TxPiece::Local { .. }));
+            if keep {
+                pieces.push(match p {
+                    TxPiece::Scratch(r) => TxPiece::Scratch(r.start + off..r.end),
+                    TxPiece::Local { addr, len } => TxPiece::Local {
+                        addr: addr + off as u64,
+                        len: len - off,
+                    },
+                    TxPiece::Region { .. } => unreachable!("not kept"),
+                });
+            } else {
+                let tmp = Transmit::default();
+                let bytes = tmp.piece_bytes(p, mem);
+                let at = scratch.len();
+                scratch.extend_from_slice(&bytes[off..]);
+                pieces.push(TxPiece::Scratch(at..scratch.len()));
+            }
+        }
+        tail.t.scratch = scratch;
+        tail.t.pieces = pieces;
+        tail.piece = 0;
+        tail.off = 0;
+    }
+
+    // ---------------------------------------------------------------- after each session
+
+    /// Completes a session: keeps an unsent tail safe if work requests are about to be
+    /// flushed, moves events into the CQ, stream data into the socketpair, and performs the
+    /// shutdowns that are due.
+    pub(crate) fn settle(&mut self, sh: &Shared, mem: &mut SessionMem<'_, '_, '_>) {
+        self.backlog.push(core::mem::take(&mut mem.overflow));
+        self.bytes_rx += core::mem::take(&mut mem.stream_bytes);
+        if let Some(conn) = self.conn.as_mut() {
+            // Error/Closed flush work requests whose buffers an unsent tail may reference.
+            if matches!(conn.state(), State::Error | State::Closed)
+                && let Some(tail) = self.tail.as_mut()
+            {
+                Self::own_tail(tail, mem, true);
+            }
+            while let Some(ev) = conn.poll_event() {
+                match ev {
+                    Event::Completion(c) => {
+                        let meta = self.sq_meta.pop_front();
+                        match meta {
+                            Some(SqMeta::Stream { key, len }) => {
+                                debug_assert_eq!(key, c.wr_id);
+                                self.stream_bufs.remove(&key);
+                                self.stream_queued -= len;
+                            }
+                            Some(SqMeta::App { wr_id, signaled }) => {
+                                debug_assert_eq!(wr_id, c.wr_id);
+                                if signaled || c.status != WcStatus::Success {
+                                    sh.push_wc(wc_from_completion(&c, self.last_term));
+                                }
+                            }
+                            None => debug_assert!(false, "completion without a work request"),
+                        }
+                    }
+                    Event::RecvCompletion(c) => {
+                        if c.status == WcStatus::Success {
+                            self.bytes_rx += c.byte_len;
+                        }
+                        debug_assert_eq!(c.opcode, WcOpcode::Recv);
+                        sh.push_wc(wc_from_completion(&c, self.last_term));
+                    }
+                    Event::PeerTerminated(t) => {
+                        self.last_term = Some(LastTerminate::Received(t.code));
+                        if self.so_error == 0 {
+                            self.so_error = libc::ECONNRESET;
+                        }
+                    }
+                    Event::Error(e) => {
+                        if e != ProtoError::StreamLost {
+                            self.last_term = Some(LastTerminate::Sent(e.term_code()));
+                        }
+                        if self.so_error == 0 {
+                            self.so_error = libc::ECONNRESET;
+                        }
+                    }
+                    Event::Closed => self.conn_done = true,
+                }
+            }
+        }
+        self.flush_backlog(sh);
+        // The protocol stream is over and its last bytes (a Terminate) are out: FIN.
+        if (self.conn_done
+            || (self.want_shut_wr && self.stream_queued == 0 && self.sq_meta.is_empty()))
+            && self.tail.is_none()
+            && !self.tcp_shut_wr
+            && matches!(self.phase, Phase::Open)
+        {
+            let _ = sys::shutdown(sh.tcp_fd, libc::SHUT_WR);
+            self.tcp_shut_wr = true;
+            if self.rx_eof
+                && let Some(conn) = self.conn.as_mut()
+                && conn.state() != State::Closed
+            {
+                conn.handle_eof();
+            }
+        }
+    }
+
+    /// Moves backlog bytes into `eng_end` as far as the socketpair takes them; after the
+    /// last byte of an ended stream, `shutdown(eng_end, SHUT_WR)`.
+    pub(crate) fn flush_backlog(&mut self, sh: &Shared) {
+        while !self.backlog.is_empty() {
+            if self.rd_shut {
+                let n = self.backlog.len();
+                self.backlog.consume(n);
+                break;
+            }
+            match sys::send(sh.eng_end, self.backlog.front(), libc::MSG_DONTWAIT) {
+                Ok(n) => self.backlog.consume(n),
+                Err(Errno::EAGAIN) => break,
+                Err(_) => {
+                    // The application end is gone: nobody will read this.
+                    let n = self.backlog.len();
+                    self.backlog.consume(n);
+                }
+            }
+        }
+        if self.backlog.is_empty() && self.rx_done() && !self.eng_shut {
+            let _ = sys::shutdown(sh.eng_end, libc::SHUT_WR);
+            self.eng_shut = true;
+        }
+    }
+
+    /// Bytes the application wrote to its fd with raw syscalls arrive at `eng_end`: send them
+    /// as stream data (or keep them for after the MPA exchange).
+    pub(crate) fn pump_eng(&mut self, sh: &Shared) {
+        if self.eng_rd_eof {
+            return;
+        }
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let room = TX_STREAM_LIMIT.saturating_sub(self.stream_queued + self.pre_open_tx.len());
+            if room == 0 {
+                return;
+            }
+            let want = room.min(buf.len());
+            match sys::recv(sh.eng_end, &mut buf[..want], libc::MSG_DONTWAIT) {
+                Ok(0) => {
+                    self.eng_rd_eof = true;
+                    self.want_shut_wr = true;
+                    return;
+                }
+                Ok(n) => {
+                    if self.is_connecting() {
+                        self.queue_pre_open(&[&buf[..n]]);
+                    } else if self.is_open() && !self.want_shut_wr {
+                        let _ = self.post_stream(buf[..n].to_vec());
+                    }
+                    if n < want {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Whether TCP input should be read now.
+    pub(crate) fn wants_input(&self) -> bool {
+        matches!(self.phase, Phase::Open)
+            && !self.rx_eof
+            && !self.conn_done
+            && self.backlog.len() < RX_BACKLOG_LIMIT
+    }
+
+    /// The TCP interest the progress thread should have for this socket.
+    pub(crate) fn tcp_interest(&self) -> u32 {
+        if self.finalized {
+            return 0;
+        }
+        match &self.phase {
+            Phase::Startup(_) => self.startup_events as u32,
+            Phase::Failed => 0,
+            Phase::Open => {
+                let mut ev = 0;
+                if self.wants_input() {
+                    ev |= libc::EPOLLIN as u32;
+                }
+                if self.tail.is_some() {
+                    ev |= libc::EPOLLOUT as u32;
+                }
+                ev
+            }
+        }
+    }
+
+    /// The `eng_end` interest the progress thread should have.
+    pub(crate) fn eng_interest(&self) -> u32 {
+        if self.finalized {
+            return 0;
+        }
+        let mut ev = 0;
+        let sending = !self.eng_rd_eof
+            && !self.want_shut_wr
+            && !matches!(self.phase, Phase::Failed)
+            && !self.conn_done
+            && self.stream_queued + self.pre_open_tx.len() < TX_STREAM_LIMIT;
+        if sending {
+            ev |= libc::EPOLLIN as u32;
+        }
+        if !self.backlog.is_empty() {
+            ev |= libc::EPOLLOUT as u32;
+        }
+        ev
+    }
+
+    /// Whether a closing socket is done: the stream is over, or there is nothing left to
+    /// send and nothing the peer still owes.
+    pub(crate) fn close_done(&self) -> bool {
+        match &self.phase {
+            Phase::Startup(_) => false,
+            Phase::Failed => true,
+            Phase::Open => self.conn_done && self.tail.is_none() && self.tcp_shut_wr,
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The one module whose `unsafe` code touches application memory: registered regions, the
+//! buffers named by work requests, and the caller's receive buffers for stream data.
+//!
+//! [`SessionMem`] implements [`ddp_proto::ddp::Memory`] for one *session*: one stretch of
+//! protocol work done under a connection's lock (a `handle_input`, a direct placement, a
+//! `poll_transmit` and the writes of its bytes). Every region it touches is pinned in the
+//! registry on first use and unpinned when the session ends, so
+//! [`Registry::deregister`](crate::engine::registry::Registry::deregister) returns only when
+//! no session can touch the region any more.
+//!
+//! Between sessions a connection may be in the middle of placing a segment into a region
+//! (validated at the segment's header). If the region is deregistered meanwhile, the rest of
+//! that segment is discarded here instead of being written to memory the application may
+//! already have freed (`write` into a region that is gone, or re-registered under a new key,
+//! is dropped; [`SessionMem::recv_direct`] refuses such a target and the driver reads the
+//! bytes into its buffer instead).
+//!
+//! Local buffers (send sources, receive and Read sinks) are the application's: exactly as
+//! with verbs, they must stay valid from the post until the work request's completion. The
+//! engine cannot check that; it only refuses null pointers and ranges that wrap.
+
+use core::cell::RefCell;
+use core::marker::PhantomData;
+use std::io::IoSliceMut;
+use std::os::fd::RawFd;
+
+use ddp_proto::conn::DirectTarget;
+use ddp_proto::ddp::{InvalidateError, Memory, RegionInfo, STag};
+
+use crate::engine::registry::{Region, Registry};
+use crate::sys::{self, Errno};
+
+/// The caller's receive buffers during a stream `recv`: stream data goes there directly
+/// while there is room.
+pub(crate) struct UserSink<'a> {
+    parts: Vec<(*mut u8, usize)>,
+    filled: usize,
+    cap: usize,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> UserSink<'a> {
+    /// Borrows `bufs`, after their first `skip` bytes, for the life of the sink.
+    pub(crate) fn new(bufs: &'a mut [IoSliceMut<'_>], mut skip: usize) -> UserSink<'a> {
+        let mut parts: Vec<(*mut u8, usize)> = Vec::with_capacity(bufs.len());
+        for b in bufs.iter_mut() {
+            let len = b.len();
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            // `skip < len`: the pointer stays inside the caller's slice.
+            parts.push((b[skip..].as_mut_ptr(), len - skip));
+            skip = 0;
+        }
+        let cap = parts.iter().map(|p| p.1).sum();
+        UserSink {
+            parts,
+            filled: 0,
+            cap,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Bytes delivered so far.
+    pub(crate) fn filled(&self) -> usize {
+        self.filled
+    }
+
+    /// Whether there is no room left.
+    pub(crate) fn is_full(&self) -> bool {
+        self.filled == self.cap
+    }
+
+    /// Copies as much of `data` as fits; returns how much.
+    pub(crate) fn put(&mut self, data: &[u8]) -> usize {
+        let mut skip = self.filled;
+        let mut taken = 0;
+        for &(ptr, len) in &self.parts {
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let n = (len - skip).min(data.len() - taken);
+            // SAFETY: `ptr..ptr+len` is one of the caller's `IoSliceMut`s, mutably borrowed
+            // for 'a (PhantomData), and `skip + n <= len`; `data` is a different allocation
+            // (engine buffers), so the ranges do not overlap.
+            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr().add(taken), ptr.add(skip), n) };
+            taken += n;
+            skip = 0;
+            if taken == data.len() {
+                break;
+            }
+        }
+        self.filled += taken;
+        taken
+    }
+}
+
+/// `Memory` over real memory for one session (see the module docs).
+pub(crate) struct SessionMem<'r, 's, 'u> {
+    reg: &'r Registry,
+    /// Regions pinned in this session (each index once).
+    pins: RefCell<Vec<Region>>,
+    sink: Option<&'s mut UserSink<'u>>,
+    /// Stream data that did not fit into the sink, for the socketpair.
+    pub(crate) overflow: Vec<u8>,
+    /// Stream bytes delivered in this session (sink + overflow).
+    pub(crate) stream_bytes: u64,
+}
+
+/// Whether `[addr, addr + len)` is a plausible range (non-null, no wrap).
+fn plausible(addr: u64, len: usize) -> bool {
+    len == 0 || (addr != 0 && addr.checked_add(len as u64).is_some())
+}
+
+impl<'r, 's, 'u> SessionMem<'r, 's, 'u> {
+    /// A session over `reg`, with the caller's receive buffers if it is in a stream `recv`.
+    pub(crate) fn new(reg: &'r Registry, sink: Option<&'s mut UserSink<'u>>) -> Self {
+        SessionMem {
+            reg,
+            pins: RefCell::new(Vec::new()),
+            sink,
+            overflow: Vec::new(),
+            stream_bytes: 0,
+        }
+    }
+
+    /// Whether the caller's buffers (if any) are full.
+    pub(crate) fn sink_full(&self) -> bool {
+        self.sink.as_ref().is_some_and(|s| s.is_full())
+    }
+
+    /// The region under `index`, pinned for the rest of the session.
+    fn pinned(&self, index: u32) -> Option<Region> {
+        if let Some(r) = self.pins.borrow().iter().find(|r| r.stag.index() == index) {
+            return Some(*r);
+        }
+        let r = self.reg.pin(index)?;
+        self.pins.borrow_mut().push(r);
+        Some(r)
+    }
+
+    /// The pinned region of exactly `stag` (key included).
+    fn pinned_exact(&self, stag: STag) -> Option<Region> {
+        self.pinned(stag.index()).filter(|r| r.stag == stag)
+    }
+
+    /// Reads from `fd` (non-blocking) straight into the destination of a direct placement,
+    /// at most `len` bytes, and any following bytes into `tail`. Returns `(placed, tail)`
+    /// byte counts, or `Err(None)` if the target is gone (region deregistered: the driver
+    /// reads into its buffer instead), `Err(Some(errno))` on a socket error.
+    pub(crate) fn recv_direct(
+        &self,
+        fd: RawFd,
+        target: DirectTarget,
+        len: usize,
+        tail: &mut [u8],
+    ) -> Result<(usize, usize), Option<Errno>> {
+        let ptr = match target {
+            DirectTarget::Region { stag, offset } => {
+                let r = self.pinned_exact(stag).ok_or(None)?;
+                assert!(
+                    offset.checked_add(len as u64).is_some_and(|e| e <= r.len),
+                    "direct placement outside a validated region"
+                );
+                (r.addr + offset) as *mut u8
+            }
+            DirectTarget::Local { addr } => {
+                if !plausible(addr, len) {
+                    return Err(None);
+                }
+                addr as *mut u8
+            }
+        };
+        let mut iov = [
+            sys::iovec(ptr, len),
+            sys::iovec(tail.as_mut_ptr(), tail.len()),
+        ];
+        // The kernel writes into the region (pinned above, inside its bounds) or into a
+        // posted buffer the application lent us until the completion; `tail` is ours.
+        let n = sys::recvmsg(fd, &mut iov, libc::MSG_DONTWAIT).map_err(Some)?;
+        Ok((n.min(len), n.saturating_sub(len)))
+    }
+}
+
+impl Drop for SessionMem<'_, '_, '_> {
+    fn drop(&mut self) {
+        for r in self.pins.get_mut().drain(..) {
+            self.reg.unpin(r.stag.index());
+        }
+    }
+}
+
+impl Memory for SessionMem<'_, '_, '_> {
+    fn region(&self, stag: STag) -> Option<RegionInfo> {
+        self.pinned(stag.index()).map(|r| r.info())
+    }
+
+    fn write(&mut self, stag: STag, offset: u64, data: &[u8]) {
+        // Deregistered (or re-registered) since the header was validated: discard.
+        let Some(r) = self.pinned_exact(stag) else {
+            return;
+        };
+        assert!(
+            offset
+                .checked_add(data.len() as u64)
+                .is_some_and(|e| e <= r.len),
+            "placement outside a validated region"
+        );
+        // SAFETY: the region is registered (the application guarantees its memory is valid
+        // while registered) and pinned for this session, so deregistration cannot complete
+        // while we write; the range is inside it (asserted); `data` is an engine buffer.
+        unsafe {
+            core::ptr::copy_nonoverlapping(data.as_ptr(), (r.addr + offset) as *mut u8, data.len())
+        };
+    }
+
+    fn read(&self, stag: STag, offset: u64, len: usize) -> &[u8] {
+        if len == 0 {
+            return &[];
+        }
+        let r = self
+            .pinned_exact(stag)
+            .expect("read of a region validated in this session");
+        assert!(
+            offset.checked_add(len as u64).is_some_and(|e| e <= r.len),
+            "read outside a validated region"
+        );
+        // SAFETY: registered + pinned for the session (see `write`), range inside the region;
+        // the slice does not outlive `&self`, i.e. the session and its pin.
+        unsafe { core::slice::from_raw_parts((r.addr + offset) as *const u8, len) }
+    }
+
+    fn local(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        if len == 0 {
+            return Some(&[]);
+        }
+        if !plausible(addr, len) {
+            return None;
+        }
+        // SAFETY: a buffer named by a work request: the application lent it to us from the
+        // post until the completion (verbs contract, documented on the posting functions).
+        Some(unsafe { core::slice::from_raw_parts(addr as *const u8, len) })
+    }
+
+    fn local_mut(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
+        if len == 0 {
+            return Some(&mut []);
+        }
+        if !plausible(addr, len) {
+            return None;
+        }
+        // SAFETY: as `local`; receive and Read sinks are lent for writing until completion.
+        Some(unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, len) })
+    }
+
+    fn invalidate(&mut self, stag: STag) -> Result<(), InvalidateError> {
+        self.reg.invalidate(stag)?;
+        for r in self.pins.get_mut().iter_mut() {
+            if r.stag == stag {
+                r.valid = false;
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver_stream(&mut self, data: &[u8]) {
+        self.stream_bytes += data.len() as u64;
+        let taken = match self.sink.as_deref_mut() {
+            Some(s) if self.overflow.is_empty() => s.put(data),
+            _ => 0,
+        };
+        self.overflow.extend_from_slice(&data[taken..]);
+    }
+}

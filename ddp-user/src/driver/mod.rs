@@ -1,0 +1,476 @@
+//! The I/O half of the engine: threads, epoll, eventfds, sockets.
+//!
+//! - [`mem`]: the only `unsafe` code touching application memory ([`ddp_proto::ddp::Memory`]
+//!   over real memory, direct placement reads).
+//! - [`startup`]: the MPA exchange over a socket.
+//! - [`conn`]: one socket's state and the non-blocking protocol steps (inline and progress
+//!   thread share them; see its docs for the locking rules).
+//! - [`socket`]: [`DdpSocket`](socket::DdpSocket), the native API.
+//! - this module: [`Shared`] (what a socket's threads share), the per-process [`Engine`]
+//!   (registry, epoll, the progress thread) and the progress thread's loop.
+
+pub(crate) mod conn;
+pub(crate) mod mem;
+pub mod socket;
+pub(crate) mod startup;
+
+use core::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Once};
+use std::time::Instant;
+
+use ddp_proto::conn::State;
+
+use crate::driver::conn::{ConnState, Phase};
+use crate::driver::mem::{SessionMem, UserSink};
+use crate::engine::cq::{Cq, Wc};
+use crate::engine::registry::Registry;
+use crate::sys::{self, Errno};
+
+const KIND_TCP: u64 = 0;
+const KIND_ENG: u64 = 1;
+const KIND_WAKE: u64 = 2;
+
+/// Engine descriptors are moved at or above this number, out of the application's way.
+const HIGH_FD: RawFd = 256;
+
+/// Own protection domains (`DDP_PD` = 0) are numbered from here; shared ids chosen by
+/// applications are expected below.
+const OWN_PD_BASE: u32 = 0x8000_0000;
+
+/// Bumped in a forked child by [`after_fork_in_child`]: sockets of an older generation
+/// belong to the parent's engine.
+static FORK_GEN: AtomicU64 = AtomicU64::new(0);
+static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Moves `fd` to a close-on-exec descriptor at or above [`HIGH_FD`] (or wherever there is
+/// room) and closes the original.
+pub(crate) fn move_high(fd: RawFd) -> Result<RawFd, Errno> {
+    let new = sys::dup_cloexec_at_least(fd, HIGH_FD).or_else(|_| sys::dup_cloexec_at_least(fd, 3));
+    let _ = sys::close(fd);
+    new
+}
+
+/// The per-process engine: registry, epoll set, progress thread (started lazily).
+pub(crate) struct Engine {
+    pid: i32,
+    pub(crate) registry: Registry,
+    epfd: RawFd,
+    wake_fd: RawFd,
+    conns: Mutex<HashMap<u64, Arc<Shared>>>,
+    /// Sockets with a deadline (non-blocking MPA exchange, close linger).
+    timed: Mutex<HashSet<u64>>,
+    next_id: AtomicU64,
+    next_pd: AtomicU32,
+    thread: Once,
+    origin: Instant,
+}
+
+/// The engine of this process (a fresh one in a forked child).
+pub(crate) fn engine() -> Result<&'static Engine, Errno> {
+    let pid = sys::getpid();
+    let cur = ENGINE.load(Ordering::Acquire);
+    // SAFETY: ENGINE only ever holds null or a leaked, never freed `Box<Engine>`.
+    if let Some(e) = unsafe { cur.as_ref() }
+        && e.pid == pid
+    {
+        return Ok(e);
+    }
+    let epfd = move_high(sys::epoll_create()?)?;
+    let wake_fd = move_high(sys::eventfd()?)?;
+    sys::epoll_ctl(
+        epfd,
+        libc::EPOLL_CTL_ADD,
+        wake_fd,
+        libc::EPOLLIN as u32,
+        KIND_WAKE,
+    )?;
+    let e = Box::into_raw(Box::new(Engine {
+        pid,
+        registry: Registry::new(),
+        epfd,
+        wake_fd,
+        conns: Mutex::new(HashMap::new()),
+        timed: Mutex::new(HashSet::new()),
+        next_id: AtomicU64::new(1),
+        next_pd: AtomicU32::new(OWN_PD_BASE),
+        thread: Once::new(),
+        origin: Instant::now(),
+    }));
+    match ENGINE.compare_exchange(cur, e, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: just leaked above; never freed.
+        Ok(_) => Ok(unsafe { &*e }),
+        Err(other) => {
+            // Another thread won: discard ours (never shared).
+            // SAFETY: `e` came from Box::into_raw above and nobody else has seen it.
+            let mine = unsafe { Box::from_raw(e) };
+            let _ = sys::close(mine.epfd);
+            let _ = sys::close(mine.wake_fd);
+            // SAFETY: as above, the winner is leaked forever.
+            Ok(unsafe { &*other })
+        }
+    }
+}
+
+/// Fork support, to be called in a forked child (e.g. from a `pthread_atfork` child
+/// handler): the child gets no engine threads; inherited connected DDP sockets become plain
+/// byte streams served by the parent (see [`socket::DdpSocket::after_fork_in_child`]); new
+/// sockets get a fresh engine, started lazily.
+pub fn after_fork_in_child() {
+    FORK_GEN.fetch_add(1, Ordering::AcqRel);
+    ENGINE.store(core::ptr::null_mut(), Ordering::Release);
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Engine {
+    /// Time since the engine's origin (what `ddp_proto` calls `now`).
+    pub(crate) fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    pub(crate) fn own_pd(&self) -> u32 {
+        self.next_pd.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Adds a socket: it is watched by the progress thread from now on.
+    pub(crate) fn add(&'static self, sh: &Arc<Shared>) -> Result<(), Errno> {
+        self.thread.call_once(|| {
+            std::thread::Builder::new()
+                .name("exsock-progress".into())
+                .spawn(move || self.run())
+                .expect("spawn the progress thread");
+        });
+        lock(&self.conns).insert(sh.id, sh.clone());
+        let ev = libc::EPOLLONESHOT as u32;
+        sys::epoll_ctl(
+            self.epfd,
+            libc::EPOLL_CTL_ADD,
+            sh.tcp_fd,
+            ev,
+            sh.id << 2 | KIND_TCP,
+        )?;
+        sys::epoll_ctl(
+            self.epfd,
+            libc::EPOLL_CTL_ADD,
+            sh.eng_end,
+            ev,
+            sh.id << 2 | KIND_ENG,
+        )?;
+        Ok(())
+    }
+
+    /// The socket has a deadline the progress thread must watch.
+    pub(crate) fn watch_deadline(&self, id: u64) {
+        if lock(&self.timed).insert(id) {
+            let _ = sys::eventfd_signal(self.wake_fd);
+        }
+    }
+
+    /// The progress thread's loop.
+    fn run(&'static self) {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        loop {
+            let timeout = self.service_deadlines();
+            let n = sys::epoll_wait(self.epfd, &mut evs, timeout).unwrap_or(0);
+            for ev in &evs[..n] {
+                let (data, events) = (ev.u64, ev.events);
+                let kind = data & 3;
+                if kind == KIND_WAKE {
+                    let _ = sys::eventfd_drain(self.wake_fd);
+                    continue;
+                }
+                let sh = lock(&self.conns).get(&(data >> 2)).cloned();
+                if let Some(sh) = sh {
+                    sh.on_event(kind, events);
+                }
+            }
+        }
+    }
+
+    /// Serves passed deadlines; returns the time until the next one.
+    fn service_deadlines(&self) -> Option<Duration> {
+        let ids: Vec<u64> = lock(&self.timed).iter().copied().collect();
+        let mut next: Option<Duration> = None;
+        for id in ids {
+            let Some(sh) = lock(&self.conns).get(&id).cloned() else {
+                lock(&self.timed).remove(&id);
+                continue;
+            };
+            let mut st = sh.lock();
+            let now = self.now();
+            let mut due = None;
+            if let Some(d) = st.startup_deadline() {
+                due = Some(d);
+                if now >= d && st.inline == 0 {
+                    sh.progress(&mut st, None, true);
+                }
+            }
+            if let Some(d) = st.close_deadline {
+                let d = d.saturating_duration_since(Instant::now());
+                if d.is_zero() {
+                    sh.force_close(&mut st);
+                } else {
+                    due = Some(due.map_or(now + d, |x: Duration| x.min(now + d)));
+                }
+            }
+            let keep = !st.finalized && (st.is_connecting() || st.close_deadline.is_some());
+            drop(st);
+            if !keep {
+                lock(&self.timed).remove(&id);
+                continue;
+            }
+            if let Some(d) = due {
+                let left = d.saturating_sub(self.now());
+                next = Some(next.map_or(left, |n| n.min(left)));
+            }
+        }
+        next
+    }
+}
+
+/// What the threads of one DDP socket share.
+pub(crate) struct Shared {
+    pub(crate) id: u64,
+    pub(crate) engine: &'static Engine,
+    pub(crate) tcp_fd: RawFd,
+    pub(crate) eng_end: RawFd,
+    pub(crate) app_end: RawFd,
+    pub(crate) event_fd: RawFd,
+    pub(crate) pd: u32,
+    pub(crate) own_pd: bool,
+    pub(crate) zero_based: bool,
+    pub(crate) fork_gen: u64,
+    /// `after_fork_in_child` was called on this socket.
+    pub(crate) forked: AtomicBool,
+    pub(crate) user_closed: AtomicBool,
+    pub(crate) st: Mutex<ConnState>,
+    cq: Mutex<Cq>,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ConnState> {
+        lock(&self.st)
+    }
+
+    /// Whether this process is a forked child of the socket's owner.
+    pub(crate) fn in_child(&self) -> bool {
+        self.forked.load(Ordering::Acquire) || FORK_GEN.load(Ordering::Acquire) != self.fork_gen
+    }
+
+    /// Appends a completion; the eventfd becomes readable with the first one.
+    pub(crate) fn push_wc(&self, wc: Wc) {
+        if lock(&self.cq).push(wc) {
+            let _ = sys::eventfd_signal(self.event_fd);
+        }
+    }
+
+    /// Takes completions; the eventfd is reset when the queue becomes empty.
+    pub(crate) fn poll_cq(&self, out: &mut [Wc]) -> usize {
+        let mut cq = lock(&self.cq);
+        if cq.is_empty() || out.is_empty() {
+            return 0;
+        }
+        let (n, empty) = cq.pop_into(out);
+        if empty {
+            let _ = sys::eventfd_drain(self.event_fd);
+        }
+        n
+    }
+
+    /// One round of all the work possible on this socket without blocking: the MPA
+    /// exchange, or input (unless `read_input` is false), output, events and shutdowns;
+    /// then the close check and the epoll interest.
+    pub(crate) fn progress(
+        &self,
+        st: &mut ConnState,
+        sink: Option<&mut UserSink<'_>>,
+        read_input: bool,
+    ) {
+        if st.finalized {
+            return;
+        }
+        if st.is_connecting()
+            && let Some(ev) = st.step_startup(self)
+        {
+            st.startup_events = ev;
+        }
+        let mut mem = SessionMem::new(&self.engine.registry, sink);
+        if matches!(st.phase, Phase::Open) {
+            if read_input {
+                st.pump_input(self, &mut mem);
+            }
+            let _ = st.flush_tx(self, &mut mem);
+        }
+        st.settle(self, &mut mem);
+        drop(mem);
+        if st.close_deadline.is_some() && st.close_done() {
+            self.finalize(st);
+        }
+        self.rearm(st);
+    }
+
+    /// A one-shot epoll event for this socket, on the progress thread.
+    fn on_event(&self, kind: u64, _events: u32) {
+        let mut st = self.lock();
+        if st.finalized {
+            return;
+        }
+        let read_input = if kind == KIND_TCP {
+            st.tcp_armed = 0;
+            // An application thread is working on this socket: it reads the input (and
+            // re-arms when it leaves).
+            if st.inline > 0 {
+                return;
+            }
+            true
+        } else {
+            st.eng_armed = 0;
+            st.pump_eng(self);
+            st.inline == 0
+        };
+        self.progress(&mut st, None, read_input);
+    }
+
+    /// Brings the epoll interest in line with the state (one-shot, level-triggered).
+    pub(crate) fn rearm(&self, st: &mut ConnState) {
+        if !st.registered || st.finalized {
+            return;
+        }
+        let ep = self.engine.epfd;
+        if st.inline == 0 {
+            let want = st.tcp_interest();
+            if want != st.tcp_armed
+                && sys::epoll_ctl(
+                    ep,
+                    libc::EPOLL_CTL_MOD,
+                    self.tcp_fd,
+                    want | libc::EPOLLONESHOT as u32,
+                    self.id << 2 | KIND_TCP,
+                )
+                .is_ok()
+            {
+                st.tcp_armed = want;
+            }
+        }
+        let want = st.eng_interest();
+        if want != st.eng_armed
+            && sys::epoll_ctl(
+                ep,
+                libc::EPOLL_CTL_MOD,
+                self.eng_end,
+                want | libc::EPOLLONESHOT as u32,
+                self.id << 2 | KIND_ENG,
+            )
+            .is_ok()
+        {
+            st.eng_armed = want;
+        }
+    }
+
+    /// Removes the TCP interest (an application thread waits on the socket itself; it
+    /// re-arms when it leaves).
+    pub(crate) fn disarm_tcp(&self, st: &mut ConnState) {
+        if st.registered
+            && !st.finalized
+            && sys::epoll_ctl(
+                self.engine.epfd,
+                libc::EPOLL_CTL_MOD,
+                self.tcp_fd,
+                libc::EPOLLONESHOT as u32,
+                self.id << 2 | KIND_TCP,
+            )
+            .is_ok()
+        {
+            st.tcp_armed = 0;
+        }
+    }
+
+    /// `close`: graceful close, bounded by [`conn::CLOSE_LINGER`].
+    pub(crate) fn close(&self) {
+        if self.in_child() || self.user_closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut st = self.lock();
+        if st.finalized {
+            return;
+        }
+        st.close_deadline = Some(Instant::now() + conn::CLOSE_LINGER);
+        st.want_shut_wr = true;
+        match st.phase {
+            Phase::Open => {
+                if let Some(c) = st.conn.as_mut() {
+                    c.close();
+                }
+                self.engine.watch_deadline(self.id);
+                self.progress(&mut st, None, true);
+            }
+            Phase::Startup(_) | Phase::Failed => self.finalize(&mut st),
+        }
+    }
+
+    /// The close linger expired: flush everything as failed and close.
+    fn force_close(&self, st: &mut ConnState) {
+        if st.finalized {
+            return;
+        }
+        if let Some(c) = st.conn.as_mut()
+            && c.state() != State::Closed
+        {
+            c.handle_eof();
+        }
+        st.rx_eof = true;
+        let mut mem = SessionMem::new(&self.engine.registry, None);
+        st.settle(self, &mut mem);
+        drop(mem);
+        self.finalize(st);
+    }
+
+    /// Nothing more happens on this socket: leave the epoll set, drop it from the engine.
+    /// The descriptors are closed when the last reference goes ([`Drop`]).
+    pub(crate) fn finalize(&self, st: &mut ConnState) {
+        if st.finalized {
+            return;
+        }
+        st.finalized = true;
+        if st.registered {
+            let ep = self.engine.epfd;
+            let _ = sys::epoll_ctl(ep, libc::EPOLL_CTL_DEL, self.tcp_fd, 0, 0);
+            let _ = sys::epoll_ctl(ep, libc::EPOLL_CTL_DEL, self.eng_end, 0, 0);
+            st.registered = false;
+        }
+        // Unread input would turn our close into a reset: read what is there.
+        let mut buf = [0u8; 4096];
+        for _ in 0..64 {
+            match sys::recv(self.tcp_fd, &mut buf, libc::MSG_DONTWAIT) {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+        }
+        let _ = sys::shutdown(self.tcp_fd, libc::SHUT_RDWR);
+        if !st.eng_shut {
+            let _ = sys::shutdown(self.eng_end, libc::SHUT_WR);
+            st.eng_shut = true;
+        }
+        if self.own_pd {
+            self.engine.registry.deregister_pd(self.pd);
+        }
+        lock(&self.engine.conns).remove(&self.id);
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        for fd in [self.tcp_fd, self.eng_end, self.app_end, self.event_fd] {
+            let _ = sys::close(fd);
+        }
+    }
+}

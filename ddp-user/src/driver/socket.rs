@@ -1,0 +1,931 @@
+//! [`DdpSocket`]: the native API of a connected DDP socket (what the preload calls, and
+//! what Rust programs may use directly).
+
+use core::time::Duration;
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use ddp_proto::conn::{PostError, Role, SendFlags, State};
+use ddp_proto::ddp::{STag, Sge};
+use ddp_proto::mpa::startup::RtrKind;
+
+use crate::driver::conn::{ConnState, Phase, TX_STREAM_LIMIT, ended_errno};
+use crate::driver::mem::UserSink;
+use crate::driver::startup::Startup;
+use crate::driver::{FORK_GEN, Shared, engine, move_high};
+use crate::engine::cq::{ConnInfo, LastTerminate, Wc, state};
+use crate::engine::options::{Options, RTR_READ, RTR_SEND, RTR_WRITE};
+use crate::engine::registry::RegError;
+use crate::sys::{self, Errno};
+
+/// `DDP_MAX_SGE`.
+pub const MAX_SGE: usize = 16;
+/// `DDP_SIGNALED`.
+pub const SIGNALED: u32 = 0x1;
+/// `DDP_SOLICITED`.
+pub const SOLICITED: u32 = 0x2;
+
+/// A connected (or connecting) DDP socket. Cheap to clone (`Arc`), `Send + Sync`. When the
+/// last clone is dropped the socket is closed ([`DdpSocket::close`]).
+#[derive(Clone)]
+pub struct DdpSocket {
+    h: Arc<Handle>,
+}
+
+struct Handle {
+    sh: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.sh.close();
+    }
+}
+
+impl core::fmt::Debug for DdpSocket {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DdpSocket")
+            .field("tcp_fd", &self.h.sh.tcp_fd)
+            .field("app_fd", &self.h.sh.app_end)
+            .finish()
+    }
+}
+
+/// An application thread inside the library on a socket: the progress thread leaves the
+/// socket's TCP input to it until it leaves (see [`crate::driver::conn`]).
+struct Inline<'a> {
+    sh: &'a Shared,
+    st: Option<MutexGuard<'a, ConnState>>,
+}
+
+impl<'a> Inline<'a> {
+    fn enter(sh: &'a Shared) -> Inline<'a> {
+        let mut st = sh.lock();
+        st.inline += 1;
+        Inline { sh, st: Some(st) }
+    }
+
+    fn st(&mut self) -> &mut ConnState {
+        self.st.as_mut().expect("held between waits")
+    }
+
+    /// Releases the lock and waits for the TCP socket (what this socket needs from it) and
+    /// `extra`, at most `timeout`. `Ok(false)` on timeout.
+    fn wait(
+        &mut self,
+        extra: Option<(RawFd, i16)>,
+        timeout: Option<Duration>,
+    ) -> Result<bool, Errno> {
+        let sh = self.sh;
+        let st = self.st.as_mut().expect("held between waits");
+        let mut ev: i16 = 0;
+        if st.is_connecting() {
+            ev = st.startup_events;
+        } else {
+            if st.wants_input() {
+                ev |= libc::POLLIN;
+            }
+            if st.has_tail() {
+                ev |= libc::POLLOUT;
+            }
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: if ev != 0 { sh.tcp_fd } else { -1 },
+                events: ev,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: extra.map_or(-1, |e| e.0),
+                events: extra.map_or(0, |e| e.1),
+                revents: 0,
+            },
+        ];
+        // Take the socket away from the progress thread while we wait on it ourselves:
+        // a wakeup on the other CPU would only contend with us (engine.md: 15-20 us).
+        if st.tcp_armed != 0 {
+            sh.disarm_tcp(st);
+        }
+        self.st = None;
+        let r = sys::poll(&mut fds, timeout);
+        self.st = Some(self.sh.lock());
+        r.map(|n| n > 0)
+    }
+}
+
+impl Drop for Inline<'_> {
+    fn drop(&mut self) {
+        let mut st = self.st.take().unwrap_or_else(|| self.sh.lock());
+        st.inline -= 1;
+        if st.inline == 0 {
+            self.sh.rearm(&mut st);
+        }
+    }
+}
+
+fn remaining(deadline: Option<Instant>) -> Option<Duration> {
+    deadline.map(|d| d.saturating_duration_since(Instant::now()))
+}
+
+fn post_errno(st: &ConnState, e: PostError) -> Errno {
+    match e {
+        PostError::NotOpen => ended_errno(st),
+        PostError::TooLong | PostError::SinkTooSmall | PostError::NoReads => Errno::EINVAL,
+    }
+}
+
+/// Converts application iovecs into SGEs (`EINVAL`: more than [`MAX_SGE`], or one longer
+/// than 2^32 - 1 bytes).
+fn sges(iov: &[libc::iovec]) -> Result<Vec<Sge>, Errno> {
+    if iov.len() > MAX_SGE {
+        return Err(Errno::EINVAL);
+    }
+    iov.iter()
+        .map(|v| {
+            u32::try_from(v.iov_len)
+                .map(|l| Sge::new(v.iov_base as u64, l))
+                .map_err(|_| Errno::EINVAL)
+        })
+        .collect()
+}
+
+fn reg_errno(e: RegError) -> Errno {
+    match e {
+        RegError::Invalid | RegError::NoSuchStag => Errno::EINVAL,
+        RegError::NoStags => Errno::ENOMEM,
+    }
+}
+
+fn random_key() -> u8 {
+    let mut b = [0u8; 1];
+    if sys::getrandom(&mut b).is_err() {
+        b[0] = (Instant::now().elapsed().subsec_nanos() & 0xff) as u8;
+    }
+    b[0]
+}
+
+impl DdpSocket {
+    /// Runs the MPA exchange as initiator on `tcp_fd` (a connected TCP socket, or one whose
+    /// non-blocking connect is in progress) and returns the DDP socket.
+    ///
+    /// The engine works on its own duplicate of `tcp_fd` (close-on-exec, moved to a high
+    /// number, made non-blocking, `TCP_NODELAY`); the caller keeps `tcp_fd` and must close
+    /// it or `dup3` [`DdpSocket::app_fd`] over it (what the preload does).
+    ///
+    /// Blocking (`nonblocking == false`): the exchange runs in the calling thread, bounded by
+    /// `opts.mpa_timeout`; errors: `ETIMEDOUT`, `ECONNREFUSED` (rejected), `ECONNRESET`
+    /// (stream lost), `EPROTO` (invalid exchange), `EINVAL` (options). Non-blocking: returns
+    /// at once; the progress thread runs the exchange; the app fd is readable (EOF, with
+    /// [`DdpSocket::take_error`] telling why) if it fails, writes are queued until it
+    /// completes, extension calls say `ENOTCONN` until then.
+    pub fn connect(tcp_fd: RawFd, opts: &Options, nonblocking: bool) -> Result<DdpSocket, Errno> {
+        Self::start(tcp_fd, opts, nonblocking, Role::Initiator)
+    }
+
+    /// Like [`DdpSocket::connect`], as MPA responder on an accepted TCP socket.
+    pub fn accept(tcp_fd: RawFd, opts: &Options, nonblocking: bool) -> Result<DdpSocket, Errno> {
+        Self::start(tcp_fd, opts, nonblocking, Role::Responder)
+    }
+
+    fn start(
+        tcp_fd: RawFd,
+        opts: &Options,
+        nonblocking: bool,
+        role: Role,
+    ) -> Result<DdpSocket, Errno> {
+        let cfg = opts
+            .mpa_config(role == Role::Initiator)
+            .ok_or(Errno::EINVAL)?;
+        let engine = engine()?;
+        let fds = Fds::open(tcp_fd, nonblocking)?;
+        let now = engine.now();
+        let startup = match role {
+            Role::Initiator => Startup::initiator(cfg, true, now),
+            Role::Responder => Startup::responder(cfg, now),
+        };
+        let mut st = ConnState::new(Phase::Startup(Box::new(startup)), role);
+        st.registered = true;
+        st.inline = u32::from(!nonblocking);
+        let (pd, own_pd) = if opts.pd != 0 {
+            (opts.pd, false)
+        } else {
+            (engine.own_pd(), true)
+        };
+        let sh = Arc::new(Shared {
+            id: engine.next_id(),
+            engine,
+            tcp_fd: fds.tcp,
+            eng_end: fds.eng,
+            app_end: fds.app,
+            event_fd: fds.event,
+            pd,
+            own_pd,
+            zero_based: opts.zero_based_to,
+            fork_gen: FORK_GEN.load(Ordering::Acquire),
+            forked: AtomicBool::new(false),
+            user_closed: AtomicBool::new(false),
+            st: Mutex::new(st),
+            cq: Mutex::new(Default::default()),
+        });
+        core::mem::forget(fds); // owned by `sh` now (closed in its Drop)
+        if let Err(e) = engine.add(&sh) {
+            sh.finalize(&mut sh.lock());
+            return Err(e);
+        }
+        let sock = DdpSocket {
+            h: Arc::new(Handle { sh: sh.clone() }),
+        };
+        if nonblocking {
+            engine.watch_deadline(sh.id);
+            let mut st = sh.lock();
+            sh.progress(&mut st, None, false);
+            return Ok(sock);
+        }
+        // Blocking: the exchange runs here (inline was set to 1 above).
+        let mut g = Inline {
+            sh: &sh,
+            st: Some(sh.lock()),
+        };
+        loop {
+            let st = g.st();
+            sh.progress(st, None, true);
+            match st.phase {
+                Phase::Open => break,
+                Phase::Failed => {
+                    let e = Errno(st.so_error);
+                    sh.finalize(st);
+                    return Err(e);
+                }
+                Phase::Startup(_) => {}
+            }
+            let left = st
+                .startup_deadline()
+                .map(|d| d.saturating_sub(engine.now()));
+            match g.wait(None, left) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => {
+                    let st = g.st();
+                    st.fail_startup(e);
+                    sh.finalize(st);
+                    return Err(e);
+                }
+            }
+        }
+        drop(g);
+        Ok(sock)
+    }
+
+    fn sh(&self) -> &Shared {
+        &self.h.sh
+    }
+
+    /// The socketpair end to install under the application's fd number (`dup3`). Stream
+    /// data arrives there; poll/select/epoll on it report the stream's readiness.
+    pub fn app_fd(&self) -> RawFd {
+        self.sh().app_end
+    }
+
+    /// The engine's TCP socket (for socket-level queries: names, `SOL_SOCKET`/`IPPROTO_TCP`
+    /// options). Never read or write it.
+    pub fn tcp_fd(&self) -> RawFd {
+        self.sh().tcp_fd
+    }
+
+    /// The completion eventfd: readable while completions are pending. Owned by the socket.
+    pub fn event_fd(&self) -> RawFd {
+        self.sh().event_fd
+    }
+
+    /// The protection domain of the socket.
+    pub fn pd(&self) -> u32 {
+        self.sh().pd
+    }
+
+    fn nonblocking(&self, flags: i32) -> bool {
+        flags & libc::MSG_DONTWAIT != 0 || sys::is_nonblocking(self.sh().app_end).unwrap_or(false)
+    }
+
+    /// Stream send (plain `write`/`send`/`writev`/`sendmsg`): the bytes are copied, framed
+    /// as RDMAP Sends and written at once. Blocking sockets wait (at most `SO_SNDTIMEO` of
+    /// the TCP socket) until everything is accepted; non-blocking ones accept what fits
+    /// under the engine's send limit and say `EAGAIN` only when nothing fit. `EPIPE` once
+    /// the connection has ended or writing was shut down (no `SIGPIPE` is raised: the
+    /// preload decides). Only `MSG_DONTWAIT` and `MSG_NOSIGNAL` are meaningful in `flags`.
+    pub fn send(&self, bufs: &[IoSlice<'_>], flags: i32) -> Result<usize, Errno> {
+        let sh = self.sh();
+        if sh.in_child() {
+            let iov: Vec<libc::iovec> = bufs
+                .iter()
+                .map(|b| sys::iovec(b.as_ptr(), b.len()))
+                .collect();
+            return sys::sendmsg(sh.app_end, &iov, flags & libc::MSG_DONTWAIT);
+        }
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let nonblock = self.nonblocking(flags);
+        let mut deadline = None;
+        let mut g = Inline::enter(sh);
+        let mut done = 0usize;
+        loop {
+            let st = g.st();
+            if st.want_shut_wr || st.tcp_shut_wr || sh.user_closed.load(Ordering::Acquire) {
+                return if done > 0 {
+                    Ok(done)
+                } else {
+                    Err(Errno::EPIPE)
+                };
+            }
+            let rest = rest_of(bufs, done);
+            match st.phase {
+                Phase::Startup(_) => done += st.queue_pre_open(&rest),
+                Phase::Failed => {
+                    return if done > 0 {
+                        Ok(done)
+                    } else {
+                        Err(ended_errno(st))
+                    };
+                }
+                Phase::Open => {
+                    if !st.is_open() {
+                        return if done > 0 {
+                            Ok(done)
+                        } else {
+                            Err(ended_errno(st))
+                        };
+                    }
+                    done += st.accept_stream(&rest)?;
+                }
+            }
+            sh.progress(st, None, true);
+            if done == total {
+                return Ok(done);
+            }
+            let st = g.st();
+            let room = match st.phase {
+                Phase::Startup(_) => false,
+                _ => st.stream_queued < TX_STREAM_LIMIT,
+            };
+            if room && st.is_open() {
+                continue; // the writes freed room: take more at once
+            }
+            if nonblock {
+                return if done > 0 {
+                    Ok(done)
+                } else {
+                    Err(Errno::EAGAIN)
+                };
+            }
+            if deadline.is_none() {
+                deadline = Some(
+                    sys::socket_timeout(sh.tcp_fd, libc::SO_SNDTIMEO).map(|d| Instant::now() + d),
+                );
+            }
+            let deadline = deadline.flatten();
+            match g.wait(None, remaining(deadline)) {
+                Ok(true) => {}
+                Ok(false) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return if done > 0 {
+                        Ok(done)
+                    } else {
+                        Err(Errno::EAGAIN)
+                    };
+                }
+                Ok(false) => {}
+                Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
+            }
+        }
+    }
+
+    /// Stream receive (plain `read`/`recv`/`readv`/`recvmsg`): first from the socketpair;
+    /// when it is empty, the calling thread receives inline, placing stream data straight
+    /// into `bufs`. `MSG_PEEK`, `MSG_WAITALL`, `MSG_DONTWAIT` are honoured; blocking sockets
+    /// wait at most `SO_RCVTIMEO` of the TCP socket (`EAGAIN` after it). Returns 0 at EOF
+    /// (peer closed, or the connection ended: [`DdpSocket::take_error`] says why).
+    pub fn recv(&self, bufs: &mut [IoSliceMut<'_>], flags: i32) -> Result<usize, Errno> {
+        let sh = self.sh();
+        if sh.in_child() {
+            let mut iov = iovecs_mut(bufs, 0);
+            return sys::recvmsg(sh.app_end, &mut iov, flags);
+        }
+        let cap: usize = bufs.iter().map(|b| b.len()).sum();
+        if cap == 0 {
+            return Ok(0);
+        }
+        let peek = flags & libc::MSG_PEEK != 0;
+        let waitall = flags & libc::MSG_WAITALL != 0 && !peek;
+        let nonblock = self.nonblocking(flags);
+        let mut deadline = None;
+        let mut g = Inline::enter(sh);
+        let mut filled = 0usize;
+        loop {
+            let st = g.st();
+            // 1. The socketpair holds the oldest data (all writers to it hold the lock).
+            let mut iov = iovecs_mut(bufs, filled);
+            let pflags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
+            match sys::recvmsg(sh.app_end, &mut iov, pflags) {
+                Ok(0) => {
+                    if filled == 0 && st.so_error != 0 && matches!(st.phase, Phase::Failed) {
+                        return Err(Errno(core::mem::take(&mut st.so_error)));
+                    }
+                    return Ok(filled);
+                }
+                Ok(n) => {
+                    filled += n;
+                    if !waitall || filled == cap {
+                        return Ok(filled);
+                    }
+                    continue;
+                }
+                Err(Errno::EAGAIN) => {}
+                Err(e) => return if filled > 0 { Ok(filled) } else { Err(e) },
+            }
+            let before = st.bytes_rx;
+            if peek {
+                // Peeked data must stay readable: let it land in the socketpair.
+                sh.progress(st, None, true);
+                if st.bytes_rx != before || st.eng_shut {
+                    continue;
+                }
+            } else if !st.backlog.is_empty() {
+                // 2. Then what the socketpair could not take.
+                let mut sink = UserSink::new(bufs, filled);
+                filled += st.backlog.drain_into(|d| sink.put(d));
+                sh.progress(st, None, false);
+                if !waitall || filled == cap {
+                    return Ok(filled);
+                }
+                continue;
+            } else {
+                // 3. Then the TCP socket, inline, straight into the caller's buffers.
+                let mut sink = UserSink::new(bufs, filled);
+                sh.progress(st, Some(&mut sink), true);
+                filled += sink.filled();
+                if filled > 0 && (!waitall || filled == cap) {
+                    return Ok(filled);
+                }
+                if st.bytes_rx != before || st.eng_shut {
+                    continue;
+                }
+            }
+            if nonblock {
+                return if filled > 0 {
+                    Ok(filled)
+                } else {
+                    Err(Errno::EAGAIN)
+                };
+            }
+            if deadline.is_none() {
+                deadline = Some(
+                    sys::socket_timeout(sh.tcp_fd, libc::SO_RCVTIMEO).map(|d| Instant::now() + d),
+                );
+            }
+            let deadline = deadline.flatten();
+            match g.wait(Some((sh.app_end, libc::POLLIN)), remaining(deadline)) {
+                Ok(true) => {}
+                Ok(false) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return if filled > 0 {
+                        Ok(filled)
+                    } else {
+                        Err(Errno::EAGAIN)
+                    };
+                }
+                Ok(false) => {}
+                Err(e) => return if filled > 0 { Ok(filled) } else { Err(e) },
+            }
+        }
+    }
+
+    /// `shutdown(how)`: `SHUT_WR` sends what is queued, then the TCP FIN (later sends say
+    /// `EPIPE`; RDMA Read Requests from the peer can no longer be answered); `SHUT_RD` makes
+    /// the app fd read EOF and drops later stream data; `SHUT_RDWR` both.
+    pub fn shutdown(&self, how: i32) -> Result<(), Errno> {
+        let sh = self.sh();
+        if sh.in_child() {
+            return sys::shutdown(sh.app_end, how);
+        }
+        if !matches!(how, libc::SHUT_RD | libc::SHUT_WR | libc::SHUT_RDWR) {
+            return Err(Errno::EINVAL);
+        }
+        let mut st = sh.lock();
+        if how != libc::SHUT_WR {
+            st.rd_shut = true;
+            let _ = sys::shutdown(sh.app_end, libc::SHUT_RD);
+        }
+        if how != libc::SHUT_RD {
+            st.want_shut_wr = true;
+        }
+        sh.progress(&mut st, None, false);
+        Ok(())
+    }
+
+    /// Closes the socket (also done when the last clone is dropped): queued work is still
+    /// sent and owed Read Responses still served for at most 2 s on the progress thread
+    /// (the call itself does not wait), then outstanding work completes with `FLUSH_ERR`
+    /// and the TCP connection is closed. Own-PD registrations are deregistered.
+    pub fn close(&self) {
+        self.sh().close();
+    }
+
+    /// The pending socket error (`SO_ERROR` of the DDP socket: why the MPA exchange failed
+    /// or the connection ended), cleared by reading; 0 if none.
+    pub fn take_error(&self) -> i32 {
+        if self.sh().in_child() {
+            return 0;
+        }
+        core::mem::take(&mut self.sh().lock().so_error)
+    }
+
+    /// Whether the MPA exchange has completed successfully.
+    pub fn is_connected(&self) -> bool {
+        !self.sh().in_child() && matches!(self.sh().lock().phase, Phase::Open)
+    }
+
+    // ------------------------------------------------------------ memory
+
+    /// Registers `[addr, addr + len)` in this socket's protection domain with `access`
+    /// (`DDP_ACCESS_*` bits); tagged offsets are virtual addresses unless the socket was
+    /// created with `zero_based_to`. `EINVAL`: len 0 or bad bits; `ENOMEM`: out of STags.
+    ///
+    /// # Safety
+    ///
+    /// Until [`DdpSocket::dereg_mr`] returns, the memory must stay allocated and may be
+    /// written by the peer (RDMA Write) or read (RDMA Read) at any time: the caller must
+    /// not rely on its contents changing only under its own control.
+    pub unsafe fn reg_mr(&self, addr: *mut u8, len: usize, access: u32) -> Result<STag, Errno> {
+        let sh = self.sh();
+        if sh.in_child() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        sh.engine
+            .registry
+            .register(
+                sh.pd,
+                addr as u64,
+                len as u64,
+                access,
+                sh.zero_based,
+                random_key(),
+            )
+            .map_err(reg_errno)
+    }
+
+    /// Deregisters: returns only when no placement into the region (and no Read Response
+    /// from it) is in flight. `EINVAL`: no such STag in this socket's protection domain.
+    pub fn dereg_mr(&self, stag: STag) -> Result<(), Errno> {
+        let sh = self.sh();
+        if sh.in_child() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        sh.engine
+            .registry
+            .deregister(stag, sh.pd)
+            .map_err(reg_errno)
+    }
+
+    // ------------------------------------------------------------ work requests
+
+    fn post(
+        &self,
+        wr_id: u64,
+        flags: u32,
+        allowed: u32,
+        payload: u64,
+        f: impl FnOnce(&mut ddp_proto::conn::Connection) -> Result<(), PostError>,
+    ) -> Result<(), Errno> {
+        let sh = self.sh();
+        if sh.in_child() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if flags & !allowed != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let mut st = sh.lock();
+        match st.phase {
+            Phase::Startup(_) => return Err(Errno::ENOTCONN),
+            Phase::Failed => return Err(ended_errno(&st)),
+            Phase::Open => {}
+        }
+        let conn = st.conn.as_mut().expect("open");
+        if let Err(e) = f(conn) {
+            return Err(post_errno(&st, e));
+        }
+        st.note_app_wr(wr_id, flags & SIGNALED != 0, payload);
+        sh.progress(&mut st, None, false);
+        Ok(())
+    }
+
+    /// Posts a receive buffer for one incoming Send. The first one switches the socket from
+    /// stream mode to posted mode (see the crate docs for what a Send without a posted
+    /// receive does then).
+    ///
+    /// # Safety
+    ///
+    /// The memory named by `iov` must stay valid for writing until the receive's completion
+    /// has been taken from the CQ (or the socket is closed).
+    pub unsafe fn post_recv(&self, wr_id: u64, iov: &[libc::iovec]) -> Result<(), Errno> {
+        let sh = self.sh();
+        if sh.in_child() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let sges = sges(iov)?;
+        let mut st = sh.lock();
+        match st.phase {
+            Phase::Startup(_) => return Err(Errno::ENOTCONN),
+            Phase::Failed => return Err(ended_errno(&st)),
+            Phase::Open => {}
+        }
+        let conn = st.conn.as_mut().expect("open");
+        if let Err(e) = conn.post_recv(wr_id, &sges) {
+            return Err(post_errno(&st, e));
+        }
+        conn.set_recv_mode(ddp_proto::conn::RecvMode::Posted);
+        st.stream_mode = false;
+        sh.progress(&mut st, None, false);
+        Ok(())
+    }
+
+    /// Posts a Send of `iov` (`SIGNALED`, `SOLICITED` flags).
+    ///
+    /// # Safety
+    ///
+    /// The memory named by `iov` must stay valid for reading until the completion (or, if
+    /// unsignaled, until a later signaled request on this socket completed, or close).
+    pub unsafe fn post_send(
+        &self,
+        wr_id: u64,
+        iov: &[libc::iovec],
+        flags: u32,
+    ) -> Result<(), Errno> {
+        let s = sges(iov)?;
+        let len = ddp_proto::ddp::sge_total(&s);
+        let fl = SendFlags {
+            signaled: true,
+            solicited: flags & SOLICITED != 0,
+        };
+        self.post(wr_id, flags, SIGNALED | SOLICITED, len, |c| {
+            c.post_send(wr_id, &s, fl)
+        })
+    }
+
+    /// Posts a Send with Invalidate of the peer's `inv_stag`.
+    ///
+    /// # Safety
+    ///
+    /// As [`DdpSocket::post_send`].
+    pub unsafe fn post_send_inv(
+        &self,
+        wr_id: u64,
+        iov: &[libc::iovec],
+        inv_stag: STag,
+        flags: u32,
+    ) -> Result<(), Errno> {
+        let s = sges(iov)?;
+        let len = ddp_proto::ddp::sge_total(&s);
+        let fl = SendFlags {
+            signaled: true,
+            solicited: flags & SOLICITED != 0,
+        };
+        self.post(wr_id, flags, SIGNALED | SOLICITED, len, |c| {
+            c.post_send_inv(wr_id, &s, inv_stag, fl)
+        })
+    }
+
+    /// Posts an RDMA Write of `iov` into the peer's region `rstag` at tagged offset `rto`.
+    ///
+    /// # Safety
+    ///
+    /// As [`DdpSocket::post_send`].
+    pub unsafe fn post_write(
+        &self,
+        wr_id: u64,
+        iov: &[libc::iovec],
+        rstag: STag,
+        rto: u64,
+        flags: u32,
+    ) -> Result<(), Errno> {
+        let s = sges(iov)?;
+        let len = ddp_proto::ddp::sge_total(&s);
+        self.post(wr_id, flags, SIGNALED, len, |c| {
+            c.post_write(wr_id, &s, rstag, rto, true)
+        })
+    }
+
+    /// Posts an RDMA Read from the peer's region `rstag` at `rto` into `iov` (total length =
+    /// read size). At most ORD reads are on the wire; more wait in order.
+    ///
+    /// # Safety
+    ///
+    /// The memory named by `iov` must stay valid for writing until the completion.
+    pub unsafe fn post_read(
+        &self,
+        wr_id: u64,
+        iov: &[libc::iovec],
+        rstag: STag,
+        rto: u64,
+        flags: u32,
+    ) -> Result<(), Errno> {
+        let s = sges(iov)?;
+        let len = u32::try_from(ddp_proto::ddp::sge_total(&s)).map_err(|_| Errno::EINVAL)?;
+        self.post(wr_id, flags, SIGNALED, 0, |c| {
+            c.post_read(wr_id, &s, rstag, rto, len, true)
+        })
+    }
+
+    // ------------------------------------------------------------ completions
+
+    /// Takes up to `out.len()` completions without blocking.
+    pub fn poll_cq(&self, out: &mut [Wc]) -> Result<usize, Errno> {
+        let sh = self.sh();
+        if sh.in_child() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        Ok(sh.poll_cq(out))
+    }
+
+    /// Like [`DdpSocket::poll_cq`], but waits up to `timeout` (`None`: no limit) for at
+    /// least one completion, making progress inline meanwhile. `Ok(0)` on timeout; `EINTR`
+    /// if a signal arrived first.
+    pub fn wait_cq(&self, out: &mut [Wc], timeout: Option<Duration>) -> Result<usize, Errno> {
+        let sh = self.sh();
+        if sh.in_child() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let n = sh.poll_cq(out);
+        if n > 0 || out.is_empty() {
+            return Ok(n);
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut g = Inline::enter(sh);
+        loop {
+            sh.progress(g.st(), None, true);
+            let n = sh.poll_cq(out);
+            if n > 0 {
+                return Ok(n);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(0);
+            }
+            g.wait(Some((sh.event_fd, libc::POLLIN)), remaining(deadline))?;
+        }
+    }
+
+    // ------------------------------------------------------------ information
+
+    /// `DDP_CONN_INFO`.
+    pub fn info(&self) -> Result<ConnInfo, Errno> {
+        let sh = self.sh();
+        if sh.in_child() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let st = sh.lock();
+        let mut i = ConnInfo {
+            initiator: u8::from(st.role == Role::Initiator),
+            pd: sh.pd,
+            mulpdu: st.mulpdu as u32,
+            bytes_tx: st.bytes_tx,
+            bytes_rx: st.bytes_rx,
+            ..ConnInfo::default()
+        };
+        if let Some(n) = &st.neg {
+            i.mpa_rev = n.revision;
+            i.crc = u8::from(n.crc);
+            i.markers_tx = u8::from(n.markers_tx);
+            i.markers_rx = u8::from(n.markers_rx);
+            i.p2p = u8::from(n.p2p);
+            i.rtr = match n.rtr {
+                Some(RtrKind::Write) => RTR_WRITE as u8,
+                Some(RtrKind::Read) => RTR_READ as u8,
+                Some(RtrKind::Send) => RTR_SEND as u8,
+                None => 0,
+            };
+            i.ird = u32::from(n.ird);
+            i.ord = u32::from(n.ord);
+        }
+        if let Some(c) = &st.conn {
+            let s = c.stats();
+            i.fpdus_tx = s.fpdus_out;
+            i.fpdus_rx = s.fpdus_in;
+            i.placed_direct = s.bytes_placed_direct;
+        }
+        if let Some(t) = st.last_term {
+            let c = t.code();
+            i.term_layer = c.layer.to_raw();
+            i.term_etype = c.etype;
+            i.term_ecode = c.ecode;
+            i.term_sent = match t {
+                LastTerminate::Sent(_) => 1,
+                LastTerminate::Received(_) => 2,
+            };
+        }
+        i.state = match (&st.phase, st.conn.as_ref().map(|c| c.state())) {
+            (Phase::Startup(_), _) => state::CONNECTING,
+            (Phase::Failed, _) => state::ERROR,
+            (_, _) if st.finalized => state::CLOSED,
+            (_, Some(State::Open)) if st.rx_eof || st.tcp_shut_wr => state::CLOSING,
+            (_, Some(State::Open)) => state::RTS,
+            (_, Some(State::Closing)) => state::CLOSING,
+            (_, Some(State::Error)) => state::ERROR,
+            (_, _) if st.last_term.is_some() || st.so_error != 0 => state::ERROR,
+            _ => state::CLOSED,
+        };
+        Ok(i)
+    }
+
+    /// The peer's MPA private data (`DDP_PEER_PRIVATE_DATA`), once connected.
+    pub fn peer_private_data(&self) -> Option<Vec<u8>> {
+        if self.sh().in_child() {
+            return None;
+        }
+        self.sh()
+            .lock()
+            .neg
+            .as_ref()
+            .map(|n| n.peer_private_data.clone())
+    }
+
+    /// Fork policy (engine.md): in a forked child the socket is a plain byte stream over the
+    /// socketpair, served by the parent's engine; `send`/`recv`/`shutdown` go straight to
+    /// the socketpair, extension calls fail with `EOPNOTSUPP`, `close` only drops the
+    /// child's descriptors. [`crate::after_fork_in_child`] does the same for every socket at
+    /// once; this marks one socket. Takes no lock (a parent thread may have held it at fork).
+    pub fn after_fork_in_child(&self) {
+        self.sh().forked.store(true, Ordering::Release);
+    }
+}
+
+/// The parts of `bufs` after the first `skip` bytes.
+fn rest_of<'a>(bufs: &'a [IoSlice<'_>], mut skip: usize) -> Vec<&'a [u8]> {
+    let mut out = Vec::with_capacity(bufs.len());
+    for b in bufs {
+        let b: &[u8] = b;
+        if skip >= b.len() {
+            skip -= b.len();
+            continue;
+        }
+        out.push(&b[skip..]);
+        skip = 0;
+    }
+    out
+}
+
+/// iovecs for the parts of `bufs` after the first `skip` bytes.
+fn iovecs_mut(bufs: &mut [IoSliceMut<'_>], mut skip: usize) -> Vec<libc::iovec> {
+    let mut out = Vec::with_capacity(bufs.len());
+    for b in bufs.iter_mut() {
+        if skip >= b.len() {
+            skip -= b.len();
+            continue;
+        }
+        let s = &mut b[skip..];
+        out.push(sys::iovec(s.as_mut_ptr(), s.len()));
+        skip = 0;
+    }
+    out
+}
+
+/// The descriptors of a new socket, closed again if setup fails.
+struct Fds {
+    tcp: RawFd,
+    app: RawFd,
+    eng: RawFd,
+    event: RawFd,
+}
+
+impl Fds {
+    fn open(tcp_fd: RawFd, nonblocking: bool) -> Result<Fds, Errno> {
+        let mut f = Fds {
+            tcp: -1,
+            app: -1,
+            eng: -1,
+            event: -1,
+        };
+        f.tcp = sys::dup_cloexec_at_least(tcp_fd, super::HIGH_FD)
+            .or_else(|_| sys::dup_cloexec_at_least(tcp_fd, 3))?;
+        sys::set_nonblocking(f.tcp, true)?;
+        let _ = sys::setsockopt(
+            f.tcp,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            1 as libc::c_int,
+        );
+        let (a, e) = sys::socketpair(0)?;
+        f.app = move_high(a)?;
+        f.eng = move_high(e)?;
+        sys::set_nonblocking(f.eng, true)?;
+        sys::set_nonblocking(f.app, nonblocking)?;
+        f.event = move_high(sys::eventfd()?)?;
+        Ok(f)
+    }
+}
+
+impl Drop for Fds {
+    fn drop(&mut self) {
+        for fd in [self.tcp, self.app, self.eng, self.event] {
+            if fd >= 0 {
+                let _ = sys::close(fd);
+            }
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! Raw system calls, and nothing else.
+//!
+//! ddp-user runs inside `libexsock.so`, which interposes the libc socket and I/O functions
+//! (`read`, `write`, `close`, `poll`, ...). Calling them from the engine would re-enter the
+//! preload's hooks, so every system call the engine makes goes through this module, which
+//! issues it with `libc::syscall` (the raw `syscall(2)` entry point, which nobody interposes).
+//! `std::fs`, `std::net`, `std::io` on file descriptors, and `File` drops are never used by
+//! the engine. Threads, `Mutex`, `Condvar` and allocation are fine (they do not go through
+//! interposed symbols).
+//!
+//! Conventions: every function returns `Result<_, Errno>`; calls that cannot block (all the
+//! engine's data-path calls are made on non-blocking descriptors or with `MSG_DONTWAIT`) are
+//! retried on `EINTR`; the waiting calls ([`poll`], [`epoll_wait`]) return `EINTR` to the
+//! caller, which decides (a `wait_cq` reports it, the progress thread loops).
+//!
+//! Only Linux is supported (x86_64 and aarch64 use the same calls here: `ppoll` and
+//! `epoll_pwait` exist on both).
+
+use core::fmt;
+use core::ptr;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use libc::{c_int, c_long, c_void};
+
+/// An `errno` value.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    /// Operation would block.
+    pub const EAGAIN: Errno = Errno(libc::EAGAIN);
+    /// Interrupted by a signal.
+    pub const EINTR: Errno = Errno(libc::EINTR);
+    /// The connection has ended.
+    pub const EPIPE: Errno = Errno(libc::EPIPE);
+    /// Bad argument.
+    pub const EINVAL: Errno = Errno(libc::EINVAL);
+    /// Not connected (MPA not complete).
+    pub const ENOTCONN: Errno = Errno(libc::ENOTCONN);
+    /// Not supported on this descriptor.
+    pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
+    /// Out of memory or STags.
+    pub const ENOMEM: Errno = Errno(libc::ENOMEM);
+    /// Timed out.
+    pub const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
+    /// Connection reset.
+    pub const ECONNRESET: Errno = Errno(libc::ECONNRESET);
+    /// Connection refused (also: MPA rejected).
+    pub const ECONNREFUSED: Errno = Errno(libc::ECONNREFUSED);
+    /// Protocol error (MPA exchange failed).
+    pub const EPROTO: Errno = Errno(libc::EPROTO);
+    /// Bad file descriptor.
+    pub const EBADF: Errno = Errno(libc::EBADF);
+
+    /// The calling thread's current `errno`.
+    pub fn last() -> Errno {
+        // SAFETY: `__errno_location` returns the calling thread's errno slot, always valid.
+        Errno(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl fmt::Debug for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self.0 {
+            libc::EAGAIN => "EAGAIN",
+            libc::EINTR => "EINTR",
+            libc::EPIPE => "EPIPE",
+            libc::EINVAL => "EINVAL",
+            libc::ENOTCONN => "ENOTCONN",
+            libc::EOPNOTSUPP => "EOPNOTSUPP",
+            libc::ENOMEM => "ENOMEM",
+            libc::ETIMEDOUT => "ETIMEDOUT",
+            libc::ECONNRESET => "ECONNRESET",
+            libc::ECONNREFUSED => "ECONNREFUSED",
+            libc::EPROTO => "EPROTO",
+            libc::EBADF => "EBADF",
+            _ => return write!(f, "Errno({})", self.0),
+        };
+        f.write_str(name)
+    }
+}
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?} ({})", self.0)
+    }
+}
+
+impl std::error::Error for Errno {}
+
+/// Shorthand.
+pub type Result<T> = core::result::Result<T, Errno>;
+
+fn cvt(ret: c_long) -> Result<usize> {
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+/// Retries `f` while it fails with `EINTR`.
+fn restart(mut f: impl FnMut() -> c_long) -> Result<usize> {
+    loop {
+        match cvt(f()) {
+            Err(Errno::EINTR) => continue,
+            r => return r,
+        }
+    }
+}
+
+/// A `struct iovec` for `len` bytes at `ptr` (read or written by the kernel).
+pub fn iovec(ptr: *const u8, len: usize) -> libc::iovec {
+    libc::iovec {
+        iov_base: ptr as *mut c_void,
+        iov_len: len,
+    }
+}
+
+/// `recvmsg(fd, iov, flags)` without control data or address.
+pub fn recvmsg(fd: RawFd, iov: &mut [libc::iovec], flags: c_int) -> Result<usize> {
+    // SAFETY: an all-zero msghdr is a valid "no name, no control" header.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: the iovecs name memory the caller lent us for writing (their contract); the
+    // msghdr lives across the call.
+    restart(|| unsafe { libc::syscall(libc::SYS_recvmsg, fd, &mut msg as *mut _, flags) })
+}
+
+/// `recv(fd, buf, flags)`.
+pub fn recv(fd: RawFd, buf: &mut [u8], flags: c_int) -> Result<usize> {
+    let mut iov = [iovec(buf.as_mut_ptr(), buf.len())];
+    recvmsg(fd, &mut iov, flags)
+}
+
+/// `sendmsg(fd, iov, flags | MSG_NOSIGNAL)`: never raises `SIGPIPE`.
+pub fn sendmsg(fd: RawFd, iov: &[libc::iovec], flags: c_int) -> Result<usize> {
+    // SAFETY: see `recvmsg`.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = iov.len() as _;
+    let flags = flags | libc::MSG_NOSIGNAL;
+    // SAFETY: the iovecs name readable memory (caller's contract); msghdr lives across the call.
+    restart(|| unsafe { libc::syscall(libc::SYS_sendmsg, fd, &msg as *const _, flags) })
+}
+
+/// `send(fd, buf, flags | MSG_NOSIGNAL)`.
+pub fn send(fd: RawFd, buf: &[u8], flags: c_int) -> Result<usize> {
+    sendmsg(fd, &[iovec(buf.as_ptr(), buf.len())], flags)
+}
+
+/// `read(fd, buf)`.
+pub fn read(fd: RawFd, buf: &mut [u8]) -> Result<usize> {
+    // SAFETY: `buf` is writable for its length.
+    restart(|| unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) })
+}
+
+/// `write(fd, buf)`.
+pub fn write(fd: RawFd, buf: &[u8]) -> Result<usize> {
+    // SAFETY: `buf` is readable for its length.
+    restart(|| unsafe { libc::syscall(libc::SYS_write, fd, buf.as_ptr(), buf.len()) })
+}
+
+/// `close(fd)`. Not retried: after `EINTR` the descriptor is gone on Linux.
+pub fn close(fd: RawFd) -> Result<()> {
+    // SAFETY: plain syscall on an integer.
+    cvt(unsafe { libc::syscall(libc::SYS_close, fd) }).map(drop)
+}
+
+/// `socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | extra, 0)`.
+pub fn socketpair(extra_flags: c_int) -> Result<(RawFd, RawFd)> {
+    let mut fds = [-1 as c_int; 2];
+    let ty = libc::SOCK_STREAM | libc::SOCK_CLOEXEC | extra_flags;
+    // SAFETY: `fds` has room for the two descriptors.
+    cvt(unsafe { libc::syscall(libc::SYS_socketpair, libc::AF_UNIX, ty, 0, fds.as_mut_ptr()) })?;
+    Ok((fds[0], fds[1]))
+}
+
+/// `fcntl(fd, cmd, arg)` with an integer argument.
+pub fn fcntl(fd: RawFd, cmd: c_int, arg: c_long) -> Result<usize> {
+    // SAFETY: integer-argument fcntl commands only.
+    restart(|| unsafe { libc::syscall(libc::SYS_fcntl, fd, cmd, arg) })
+}
+
+/// Sets or clears `O_NONBLOCK` on `fd`.
+pub fn set_nonblocking(fd: RawFd, on: bool) -> Result<()> {
+    let fl = fcntl(fd, libc::F_GETFL, 0)? as c_long;
+    let nb = libc::O_NONBLOCK as c_long;
+    let new = if on { fl | nb } else { fl & !nb };
+    if new != fl {
+        fcntl(fd, libc::F_SETFL, new)?;
+    }
+    Ok(())
+}
+
+/// Whether `O_NONBLOCK` is set on `fd` (shared by every dup of the open file description).
+pub fn is_nonblocking(fd: RawFd) -> Result<bool> {
+    Ok(fcntl(fd, libc::F_GETFL, 0)? as c_int & libc::O_NONBLOCK != 0)
+}
+
+/// `fcntl(fd, F_DUPFD_CLOEXEC, min)`.
+pub fn dup_cloexec_at_least(fd: RawFd, min: RawFd) -> Result<RawFd> {
+    fcntl(fd, libc::F_DUPFD_CLOEXEC, min as c_long).map(|v| v as RawFd)
+}
+
+/// `shutdown(fd, how)`.
+pub fn shutdown(fd: RawFd, how: c_int) -> Result<()> {
+    // SAFETY: plain syscall on integers.
+    cvt(unsafe { libc::syscall(libc::SYS_shutdown, fd, how) }).map(drop)
+}
+
+/// `getsockopt` of a plain value.
+pub fn getsockopt<T: Copy>(fd: RawFd, level: c_int, name: c_int, init: T) -> Result<T> {
+    let mut v = init;
+    let mut len = core::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `v` is a `T` of `len` bytes, written by the kernel.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_getsockopt,
+            fd,
+            level,
+            name,
+            &mut v as *mut T,
+            &mut len as *mut libc::socklen_t,
+        )
+    })?;
+    Ok(v)
+}
+
+/// `setsockopt` of a plain value.
+pub fn setsockopt<T: Copy>(fd: RawFd, level: c_int, name: c_int, v: T) -> Result<()> {
+    let len = core::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `v` is a readable `T` of `len` bytes.
+    cvt(unsafe { libc::syscall(libc::SYS_setsockopt, fd, level, name, &v as *const T, len) })
+        .map(drop)
+}
+
+/// `eventfd2(0, EFD_CLOEXEC | EFD_NONBLOCK)`.
+pub fn eventfd() -> Result<RawFd> {
+    // SAFETY: plain syscall on integers.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_eventfd2,
+            0,
+            libc::EFD_CLOEXEC | libc::EFD_NONBLOCK,
+        )
+    })
+    .map(|v| v as RawFd)
+}
+
+/// Adds 1 to an eventfd counter.
+pub fn eventfd_signal(fd: RawFd) -> Result<()> {
+    write(fd, &1u64.to_ne_bytes()).map(drop)
+}
+
+/// Resets an eventfd counter to 0 (non-blocking; `EAGAIN` when it already was 0 is fine).
+pub fn eventfd_drain(fd: RawFd) -> Result<()> {
+    let mut b = [0u8; 8];
+    match read(fd, &mut b) {
+        Ok(_) | Err(Errno::EAGAIN) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// `epoll_create1(EPOLL_CLOEXEC)`.
+pub fn epoll_create() -> Result<RawFd> {
+    // SAFETY: plain syscall on integers.
+    cvt(unsafe { libc::syscall(libc::SYS_epoll_create1, libc::EPOLL_CLOEXEC) }).map(|v| v as RawFd)
+}
+
+/// `epoll_ctl(ep, op, fd, {events, data})`.
+pub fn epoll_ctl(ep: RawFd, op: c_int, fd: RawFd, events: u32, data: u64) -> Result<()> {
+    let mut ev = libc::epoll_event { events, u64: data };
+    // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+    restart(|| unsafe { libc::syscall(libc::SYS_epoll_ctl, ep, op, fd, &mut ev as *mut _) })
+        .map(drop)
+}
+
+/// `epoll_pwait(ep, events, timeout, NULL)`; `EINTR` is returned to the caller.
+pub fn epoll_wait(
+    ep: RawFd,
+    events: &mut [libc::epoll_event],
+    timeout: Option<Duration>,
+) -> Result<usize> {
+    let ms = timeout_ms(timeout);
+    // SAFETY: `events` has room for `len` entries; null sigmask means "do not change it".
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_epoll_pwait,
+            ep,
+            events.as_mut_ptr(),
+            events.len() as c_int,
+            ms,
+            ptr::null::<libc::sigset_t>(),
+            0usize,
+        )
+    })
+}
+
+/// Rounds a timeout up to whole milliseconds (`-1` = none), so that a wait never ends early.
+fn timeout_ms(timeout: Option<Duration>) -> c_int {
+    match timeout {
+        None => -1,
+        Some(d) => {
+            let ms = d.as_nanos().div_ceil(1_000_000);
+            ms.min(c_int::MAX as u128) as c_int
+        }
+    }
+}
+
+/// `ppoll(fds, timeout, NULL)`; `EINTR` is returned to the caller.
+pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> Result<usize> {
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `fds` is a valid array of pollfd; `tsp` is null or points at `ts`.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_ppoll,
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            tsp,
+            ptr::null::<libc::sigset_t>(),
+            0usize,
+        )
+    })
+}
+
+/// Fills `buf` from `getrandom(2)`.
+pub fn getrandom(buf: &mut [u8]) -> Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        let rest = &mut buf[at..];
+        // SAFETY: `rest` is writable for its length.
+        at += restart(|| unsafe {
+            libc::syscall(libc::SYS_getrandom, rest.as_mut_ptr(), rest.len(), 0)
+        })?;
+    }
+    Ok(())
+}
+
+/// `getpid()`.
+pub fn getpid() -> i32 {
+    // SAFETY: getpid cannot fail.
+    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+}
+
+/// The pending error of a socket (`SO_ERROR`), 0 if none.
+pub fn socket_error(fd: RawFd) -> Result<i32> {
+    getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, 0 as c_int)
+}
+
+/// The effective MSS of a TCP socket (`TCP_MAXSEG`).
+pub fn tcp_maxseg(fd: RawFd) -> Result<usize> {
+    getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, 0 as c_int).map(|v| v.max(0) as usize)
+}
+
+/// A socket timeout (`SO_RCVTIMEO` / `SO_SNDTIMEO`); `None` when not set.
+pub fn socket_timeout(fd: RawFd, name: c_int) -> Option<Duration> {
+    let tv = getsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        name,
+        libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        },
+    )
+    .ok()?;
+    let d = Duration::new(tv.tv_sec.max(0) as u64, (tv.tv_usec.max(0) as u32) * 1000);
+    (!d.is_zero()).then_some(d)
+}

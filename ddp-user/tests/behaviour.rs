@@ -1,0 +1,525 @@
+//! Readiness of the app fd, non-blocking behaviour, a random operation mix against a model,
+//! protocol violations from a raw peer, and deregistration under incoming Writes.
+
+mod common;
+
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use common::*;
+use ddp_proto::mpa::deframer::{Deframer, Event as DfEvent, RxConfig};
+use ddp_proto::mpa::framer::{Framer, TxConfig};
+use ddp_proto::mpa::startup::{MpaConfig, Responder};
+use ddp_proto::wire::rdmap::{RdmapHeader, RdmapMessage};
+use ddp_user::engine::cq::{opcode, status};
+use ddp_user::{DdpSocket, Options, SIGNALED, STag, Wc};
+
+const REMOTE_WRITE: u32 = 2;
+const REMOTE_READ: u32 = 4;
+
+fn poll_in(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
+
+fn epoll_events(ep: i32, ms: i32) -> usize {
+    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 4];
+    // SAFETY: `evs` has room for 4 events.
+    let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 4, ms) };
+    assert!(n >= 0);
+    n as usize
+}
+
+fn raw_read(fd: i32, buf: &mut [u8]) -> isize {
+    // SAFETY: `buf` is writable for its length.
+    unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) }
+}
+
+#[test]
+fn app_fd_readiness_poll_epoll_lt_et_and_eagain() {
+    bounded(30, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        let fd = b.app_fd();
+        // SAFETY: plain fcntl on our fd.
+        unsafe {
+            libc::fcntl(
+                fd,
+                libc::F_SETFL,
+                libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+            )
+        };
+        let mut buf = [0u8; 64];
+        assert_eq!(
+            b.recv(&mut [IoSliceMut::new(&mut buf)], 0).unwrap_err().0,
+            libc::EAGAIN
+        );
+        assert_eq!(raw_read(fd, &mut buf), -1);
+
+        // SAFETY: epoll instances for the test.
+        let (et, lt) = unsafe { (libc::epoll_create1(0), libc::epoll_create1(0)) };
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+            u64: 1,
+        };
+        // SAFETY: valid epoll_event.
+        assert_eq!(
+            unsafe { libc::epoll_ctl(et, libc::EPOLL_CTL_ADD, fd, &mut ev) },
+            0
+        );
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 2,
+        };
+        // SAFETY: valid epoll_event.
+        assert_eq!(
+            unsafe { libc::epoll_ctl(lt, libc::EPOLL_CTL_ADD, fd, &mut ev) },
+            0
+        );
+        assert_eq!(epoll_events(et, 0), 0);
+        assert!(!poll_in(fd, 0));
+
+        send_all(&a, b"hello");
+        assert_eq!(epoll_events(et, 5000), 1, "ET: data arrival reported");
+        assert_eq!(
+            epoll_events(et, 0),
+            0,
+            "ET: not reported again without new data"
+        );
+        assert_eq!(epoll_events(lt, 0), 1, "LT: readable");
+        assert_eq!(epoll_events(lt, 0), 1, "LT: still readable");
+        assert!(poll_in(fd, 0));
+        send_all(&a, b" world");
+        assert_eq!(epoll_events(et, 5000), 1, "ET: new data reported");
+        // Wait until both writes are in the socketpair, then read them raw.
+        let mut got = Vec::new();
+        while got.len() < 11 {
+            assert!(poll_in(fd, 5000));
+            let n = raw_read(fd, &mut buf);
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n as usize]);
+        }
+        assert_eq!(&got, b"hello world");
+        assert_eq!(epoll_events(lt, 0), 0, "LT: drained");
+        assert_eq!(
+            b.recv(&mut [IoSliceMut::new(&mut buf)], libc::MSG_DONTWAIT)
+                .unwrap_err()
+                .0,
+            libc::EAGAIN
+        );
+
+        // Inline receive with MSG_PEEK and MSG_WAITALL.
+        send_all(&a, b"abcdef");
+        assert!(poll_in(fd, 5000));
+        let n = b
+            .recv(&mut [IoSliceMut::new(&mut buf[..3])], libc::MSG_PEEK)
+            .unwrap();
+        assert_eq!(&buf[..n], &b"abcdef"[..n]);
+        // SAFETY: plain fcntl on our fd.
+        let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: back to blocking for MSG_WAITALL.
+        unsafe { libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) };
+        let a2 = a.clone();
+        let t = std::thread::spawn(move || send_all(&a2, b"ghij"));
+        let mut ten = [0u8; 10];
+        assert_eq!(
+            b.recv(&mut [IoSliceMut::new(&mut ten)], libc::MSG_WAITALL)
+                .unwrap(),
+            10
+        );
+        assert_eq!(&ten, b"abcdefghij");
+        t.join().unwrap();
+
+        // EOF: the peer shuts down writing.
+        a.shutdown(libc::SHUT_WR).unwrap();
+        assert!(poll_in(fd, 5000));
+        assert_eq!(b.recv(&mut [IoSliceMut::new(&mut buf)], 0).unwrap(), 0);
+        assert_eq!(a.send(&[IoSlice::new(b"x")], 0).unwrap_err().0, libc::EPIPE);
+        // Half-close: b may still send and a still receives.
+        send_all(&b, b"bye");
+        assert_eq!(recv_exact(&a, 3), b"bye");
+        // SAFETY: closing the test's epoll fds.
+        unsafe {
+            libc::close(et);
+            libc::close(lt);
+        }
+    });
+}
+
+#[test]
+fn nonblocking_connect_and_accept_queue_writes() {
+    bounded(30, || {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let o = Options::default();
+        let c = std::net::TcpStream::connect(addr).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let a = DdpSocket::connect(c.as_raw_fd(), &o, true).unwrap();
+        let b = DdpSocket::accept(s.as_raw_fd(), &o, true).unwrap();
+        drop((c, s));
+        // Written before the exchange completed: queued.
+        assert_eq!(a.send(&[IoSlice::new(b"early")], 0).unwrap(), 5);
+        let mut buf = [0u8; 5];
+        let mut at = 0;
+        while at < 5 {
+            assert!(
+                poll_in(b.app_fd(), 5000),
+                "data after a non-blocking MPA exchange"
+            );
+            match b.recv(&mut [IoSliceMut::new(&mut buf[at..])], 0) {
+                Ok(n) => at += n,
+                Err(e) if e.0 == libc::EAGAIN => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(&buf, b"early");
+        assert!(a.is_connected() && b.is_connected());
+        assert_eq!(a.info().unwrap().state, 2);
+    });
+}
+
+#[test]
+fn mpa_reject_and_timeout_are_errors() {
+    bounded(30, || {
+        // A responder that refuses P2P answers a P2P request with a reject.
+        let (c, s) = tcp_pair();
+        let oa = Options {
+            p2p: ddp_user::engine::options::rtr_from_bits(1),
+            ..Options::default()
+        };
+        let t = std::thread::spawn(move || {
+            let r = DdpSocket::accept(s.as_raw_fd(), &Options::default(), false);
+            drop(s);
+            r.map(|_| ())
+        });
+        let e = DdpSocket::connect(c.as_raw_fd(), &oa, false).unwrap_err();
+        assert_eq!(e.0, libc::ECONNREFUSED);
+        assert!(t.join().unwrap().is_err());
+        // A silent peer: the MPA timeout bounds a blocking connect.
+        let (c, _s) = tcp_pair();
+        let o = Options {
+            mpa_timeout: Duration::from_millis(200),
+            ..Options::default()
+        };
+        assert_eq!(
+            DdpSocket::connect(c.as_raw_fd(), &o, false).unwrap_err().0,
+            libc::ETIMEDOUT
+        );
+    });
+}
+
+/// A seeded random mix of Writes, Reads and Sends against a model of the target region.
+#[test]
+fn random_mix_against_model() {
+    bounded(120, || {
+        for seed in [1u64, 2, 3] {
+            let o = Options {
+                markers: seed == 2,
+                crc: seed != 3,
+                ..Options::default()
+            };
+            let (a, b) = pair(&o, &o);
+            const RLEN: usize = 1 << 20;
+            let mut region = vec![0u8; RLEN];
+            let mut model = vec![0u8; RLEN];
+            // SAFETY: deregistered before `region` is read at the end and dropped.
+            let stag =
+                unsafe { b.reg_mr(region.as_mut_ptr(), RLEN, REMOTE_WRITE | REMOTE_READ) }.unwrap();
+            let base = region.as_ptr() as u64;
+            let mut rng = Rng::new(seed);
+            for step in 0..300u64 {
+                let off = rng.below(RLEN as u64) as usize;
+                let len = rng.below((RLEN - off).min(200_000) as u64 + 1) as usize;
+                match rng.below(3) {
+                    0 => {
+                        let data = pattern(len, seed * 1000 + step);
+                        // SAFETY: `data` lives until the completion below.
+                        unsafe {
+                            a.post_write(step, &[iov(&data)], stag, base + off as u64, SIGNALED)
+                        }
+                        .unwrap();
+                        let w = wait_one(&a);
+                        assert_eq!((w.wr_id, w.status, w.opcode), (step, 0, opcode::WRITE));
+                        model[off..off + len].copy_from_slice(&data);
+                    }
+                    1 => {
+                        let sink = vec![0u8; len];
+                        // SAFETY: `sink` lives until the completion below.
+                        unsafe {
+                            a.post_read(step, &[iov(&sink)], stag, base + off as u64, SIGNALED)
+                        }
+                        .unwrap();
+                        let w = wait_one(&a);
+                        assert_eq!((w.wr_id, w.status, w.byte_len as usize), (step, 0, len));
+                        assert!(
+                            sink == model[off..off + len],
+                            "seed {seed} step {step}: Read differs from model"
+                        );
+                    }
+                    _ => {
+                        let data = pattern(len, seed * 7 + step);
+                        let sink = vec![0u8; len + rng.below(3) as usize];
+                        // SAFETY: both buffers live until their completions below.
+                        unsafe {
+                            b.post_recv(step, &[iov(&sink)]).unwrap();
+                            a.post_send(step, &[iov(&data)], SIGNALED).unwrap();
+                        }
+                        assert_eq!(wait_one(&a).wr_id, step);
+                        let r = wait_one(&b);
+                        assert_eq!((r.wr_id, r.status, r.byte_len as usize), (step, 0, len));
+                        assert!(sink[..len] == data[..]);
+                    }
+                }
+            }
+            // A final Read orders everything before it.
+            let sink = vec![0u8; 1];
+            // SAFETY: `sink` lives until the completion.
+            unsafe { a.post_read(9999, &[iov(&sink)], stag, base, SIGNALED) }.unwrap();
+            assert_eq!(wait_one(&a).status, 0);
+            b.dereg_mr(stag).unwrap();
+            assert!(region == model, "seed {seed}: region differs from model");
+        }
+    });
+}
+
+/// Reads one FPDU from a raw stream and returns its ULPDU.
+fn read_ulpdu(s: &mut std::net::TcpStream, df: &mut Deframer) -> Vec<u8> {
+    let mut ulpdu = Vec::new();
+    let mut buf = [0u8; 1];
+    loop {
+        s.read_exact(&mut buf).expect("read FPDU");
+        let mut at = 0;
+        loop {
+            match df.next(&buf, &mut at).expect("valid FPDU") {
+                DfEvent::Header(h) => ulpdu.extend_from_slice(h.bytes()),
+                DfEvent::Payload { range, .. } => ulpdu.extend_from_slice(&buf[range]),
+                DfEvent::End => return ulpdu,
+                DfEvent::NeedMore => break,
+            }
+        }
+    }
+}
+
+#[test]
+fn protocol_violation_terminates_one_connection_only() {
+    bounded(60, || {
+        let o = Options::default();
+        // A healthy pair in the same process.
+        let (good_a, good_b) = pair(&o, &o);
+
+        // A raw peer: MPA responder by hand, then a Write to a bad STag.
+        let (c, mut raw) = tcp_pair();
+        let engine_side = std::thread::spawn(move || {
+            let r = DdpSocket::connect(c.as_raw_fd(), &Options::default(), false);
+            drop(c);
+            r
+        });
+        let mut resp = Responder::new_auto_accept(MpaConfig::siw_compat(), Duration::ZERO).unwrap();
+        let mut b = [0u8; 1];
+        let neg = loop {
+            if let Some(o) = resp.poll_outcome() {
+                break o.expect("the engine's Request is valid");
+            }
+            raw.read_exact(&mut b).unwrap();
+            resp.handle_input(&b, Duration::ZERO);
+        };
+        raw.write_all(&resp.poll_transmit().unwrap()).unwrap();
+        let ddp = engine_side
+            .join()
+            .unwrap()
+            .expect("engine connects to the raw peer");
+        assert!(neg.crc, "the engine asked for CRC");
+        let recv_buf = vec![0u8; 64];
+        // SAFETY: `recv_buf` lives until its completion is taken.
+        unsafe { ddp.post_recv(77, &[iov(&recv_buf)]).unwrap() };
+
+        let mut framer = Framer::new(TxConfig {
+            crc: neg.crc,
+            markers: neg.markers_tx,
+        });
+        let h = RdmapHeader::new(
+            RdmapMessage::Write {
+                sink_stag: STag(0x00de_ad17),
+                sink_to: 0,
+            },
+            true,
+        );
+        let mut hb = [0u8; 64];
+        let n = h.emit(&mut hb).unwrap();
+        raw.write_all(&framer.frame_to_vec(&[&hb[..n], &[0x55; 32]]))
+            .unwrap();
+
+        // The Terminate arrives on the wire: DDP layer, tagged buffer, invalid STag.
+        let mut df = Deframer::new(RxConfig {
+            crc: neg.crc,
+            markers: neg.markers_rx,
+            max_ulpdu: 65535,
+        });
+        let ulpdu = read_ulpdu(&mut raw, &mut df);
+        let (hdr, _) = RdmapHeader::parse(&ulpdu).unwrap();
+        let RdmapMessage::Terminate { term, .. } = hdr.message() else {
+            panic!("expected a Terminate, got {:?}", hdr.message());
+        };
+        assert_eq!(
+            (term.code.layer.to_raw(), term.code.etype, term.code.ecode),
+            (1, 1, 0)
+        );
+        // ... and then the TCP FIN.
+        let mut rest = Vec::new();
+        raw.read_to_end(&mut rest).unwrap();
+
+        // Outstanding work completed with an error, carrying the Terminate's code.
+        let w = wait_one(&ddp);
+        assert_eq!(
+            (w.wr_id, w.status, w.vendor_err),
+            (77, status::FLUSH_ERR, 0x01_01_00)
+        );
+        let info = ddp.info().unwrap();
+        assert_eq!(
+            (
+                info.term_sent,
+                info.term_layer,
+                info.term_etype,
+                info.term_ecode
+            ),
+            (1, 1, 1, 0)
+        );
+        assert_eq!(info.state, 4, "DDP_STATE_ERROR");
+        // SAFETY: refused before anything is recorded.
+        assert_eq!(
+            unsafe { ddp.post_send(1, &[iov(&recv_buf)], SIGNALED) }
+                .unwrap_err()
+                .0,
+            libc::EPIPE
+        );
+        assert_eq!(
+            ddp.send(&[IoSlice::new(b"x")], 0).unwrap_err().0,
+            libc::EPIPE
+        );
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            ddp.recv(&mut [IoSliceMut::new(&mut buf)], 0).unwrap(),
+            0,
+            "EOF"
+        );
+        assert_eq!(ddp.take_error(), libc::ECONNRESET);
+
+        // The other connection carries on.
+        send_all(&good_a, b"still alive");
+        assert_eq!(recv_exact(&good_b, 11), b"still alive");
+        let mut region = vec![0u8; 4096];
+        // SAFETY: deregistered below before `region` is dropped.
+        let s = unsafe { good_b.reg_mr(region.as_mut_ptr(), 4096, REMOTE_WRITE) }.unwrap();
+        let data = pattern(4096, 5);
+        let note = [0u8; 1];
+        // SAFETY: buffers live until the completions.
+        unsafe {
+            good_b.post_recv(1, &[iov(&note)]).unwrap();
+            good_a
+                .post_write(2, &[iov(&data)], s, region.as_ptr() as u64, SIGNALED)
+                .unwrap();
+            good_a.post_send(3, &[iov(&[1u8])], 0).unwrap();
+        }
+        assert_eq!(wait_one(&good_a).status, 0);
+        assert_eq!(wait_one(&good_b).status, 0);
+        good_b.dereg_mr(s).unwrap();
+        assert!(region == data);
+    });
+}
+
+#[test]
+fn peer_terminate_gives_remote_access_error() {
+    bounded(30, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        let data = [1u8; 100];
+        // SAFETY: `data` lives until the completion. STag 0x100 is not registered at b.
+        unsafe { a.post_write(9, &[iov(&data)], STag(0x0000_0100), 0, SIGNALED) }.unwrap();
+        let sink = [0u8; 8];
+        // SAFETY: `sink` lives until the completion.
+        // The Terminate may already have arrived (the Write went out inline): then EPIPE.
+        // SAFETY: `sink` lives until the completion.
+        let read = unsafe { a.post_read(10, &[iov(&sink)], STag(0x0000_0100), 0, SIGNALED) };
+        let w1 = wait_one(&a);
+        assert_eq!(w1.wr_id, 9);
+        match read {
+            Ok(()) => {
+                let w2 = wait_one(&a);
+                assert_eq!(w2.wr_id, 10);
+                assert!(w2.status == status::REM_ACCESS_ERR || w2.status == status::FLUSH_ERR);
+            }
+            Err(e) => assert_eq!(e.0, libc::EPIPE),
+        }
+        let ia = a.info().unwrap();
+        assert_eq!((ia.term_sent, ia.term_layer, ia.term_etype), (2, 1, 1));
+        let ib = b.info().unwrap();
+        assert_eq!(ib.term_sent, 1);
+    });
+}
+
+#[test]
+fn dereg_while_writes_arrive() {
+    bounded(60, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        const RLEN: usize = 1 << 20;
+        let mut region = vec![0u8; RLEN];
+        // SAFETY: deregistered below, while Writes are still arriving; after dereg returns
+        // the engine never touches `region` again (what this test checks).
+        let stag = unsafe { b.reg_mr(region.as_mut_ptr(), RLEN, REMOTE_WRITE) }.unwrap();
+        let base = region.as_ptr() as u64;
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            let data = pattern(64 * 1024, 3);
+            let mut wc = [Wc::default(); 32];
+            for round in 0..100_000u64 {
+                for i in 0..16u64 {
+                    let off = ((round * 16 + i) % 16) * 64 * 1024;
+                    // SAFETY: `data` lives until all completions are taken (end of thread).
+                    if unsafe { a.post_write(i, &[iov(&data)], stag, base + off, SIGNALED) }
+                        .is_err()
+                    {
+                        return a;
+                    }
+                }
+                let mut got = 0;
+                while got < 16 {
+                    let n = a.wait_cq(&mut wc, Some(Duration::from_secs(10))).unwrap();
+                    assert!(n > 0);
+                    if wc[..n].iter().any(|w| w.status != 0) {
+                        return a;
+                    }
+                    got += n;
+                }
+                let _ = started_tx.send(());
+            }
+            panic!("writes never failed after the deregistration");
+        });
+        // Several rounds of Writes have gone out (and keep coming).
+        for _ in 0..4 {
+            started_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        }
+        assert!(b.info().unwrap().placed_direct > 0);
+        b.dereg_mr(stag).unwrap();
+        // Ours again: any later placement would show.
+        region.fill(0xee);
+        let a = writer.join().unwrap();
+        let ib = b.info().unwrap();
+        assert_eq!(
+            (ib.term_sent, ib.term_layer, ib.term_etype, ib.term_ecode),
+            (1, 1, 1, 0)
+        );
+        assert!(
+            region.iter().all(|&x| x == 0xee),
+            "placement after dereg returned"
+        );
+        drop(a);
+    });
+}

@@ -1,0 +1,160 @@
+//! Helpers for the engine tests: connected pairs over 127.0.0.1, a time bound per test,
+//! patterns, iovecs, a small RNG.
+#![allow(dead_code)]
+
+use std::io::IoSlice;
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, IntoRawFd};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use ddp_user::{DdpSocket, Options, Wc};
+
+/// Runs `f` on a thread; if it does not finish within `secs`, the whole test binary fails
+/// (a hung engine must not hang the test run).
+pub fn bounded<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let r = f();
+        let _ = tx.send(());
+        r
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(()) => h.join().unwrap(),
+        Err(mpsc::RecvTimeoutError::Disconnected) => match h.join() {
+            Ok(v) => v,
+            Err(p) => std::panic::resume_unwind(p),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            eprintln!("test did not finish within {secs} s");
+            std::process::exit(101);
+        }
+    }
+}
+
+/// A connected pair: (initiator, responder), blocking MPA on both sides.
+pub fn pair(a: &Options, b: &Options) -> (DdpSocket, DdpSocket) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let bo = b.clone();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let r = DdpSocket::accept(s.as_raw_fd(), &bo, false);
+        drop(s);
+        r
+    });
+    let s = TcpStream::connect(addr).unwrap();
+    let ini = DdpSocket::connect(s.as_raw_fd(), a, false).expect("connect");
+    drop(s);
+    let resp = t.join().unwrap().expect("accept");
+    (ini, resp)
+}
+
+/// A raw TCP connection pair: (engine side listener-accepted fd as std stream, raw peer).
+pub fn tcp_pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    (c, s)
+}
+
+/// Gives up ownership of a std stream's fd number, returning it (the caller closes it).
+pub fn into_fd(s: TcpStream) -> i32 {
+    s.into_raw_fd()
+}
+
+/// A deterministic pattern.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut r = Rng::new(seed);
+    let mut v = vec![0u8; len];
+    for c in v.chunks_mut(8) {
+        let x = r.next_u64().to_le_bytes();
+        c.copy_from_slice(&x[..c.len()]);
+    }
+    v
+}
+
+/// xorshift64*.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next_u64() % n }
+    }
+}
+
+pub fn iov(b: &[u8]) -> libc::iovec {
+    libc::iovec {
+        iov_base: b.as_ptr() as *mut libc::c_void,
+        iov_len: b.len(),
+    }
+}
+
+/// Blocking stream send of everything.
+pub fn send_all(s: &DdpSocket, data: &[u8]) {
+    let mut at = 0;
+    while at < data.len() {
+        at += s.send(&[IoSlice::new(&data[at..])], 0).expect("send");
+    }
+}
+
+/// Blocking stream receive of exactly `len` bytes.
+pub fn recv_exact(s: &DdpSocket, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    let mut at = 0;
+    while at < len {
+        let n = s
+            .recv(&mut [std::io::IoSliceMut::new(&mut v[at..])], 0)
+            .expect("recv");
+        assert!(n > 0, "unexpected EOF after {at} of {len} bytes");
+        at += n;
+    }
+    v
+}
+
+/// Waits for exactly one completion (10 s bound).
+pub fn wait_one(s: &DdpSocket) -> Wc {
+    let mut wc = [Wc::default(); 1];
+    let n = s
+        .wait_cq(&mut wc, Some(Duration::from_secs(10)))
+        .expect("wait_cq");
+    assert_eq!(n, 1, "no completion within 10 s");
+    wc[0]
+}
+
+/// Options variants used by the matrix tests.
+pub fn variant(name: &str) -> (Options, Options) {
+    use ddp_user::engine::options::rtr_from_bits;
+    let mut a = Options::default();
+    match name {
+        "default" => {}
+        "nocrc_markers" => {
+            a.crc = false;
+            a.markers = true;
+        }
+        "crc_markers_rev1" => {
+            a.markers = true;
+            a.mpa_rev = 1;
+        }
+        "nocrc_rev1" => {
+            a.crc = false;
+            a.mpa_rev = 1;
+        }
+        "p2p_write" => a.p2p = rtr_from_bits(1),
+        "p2p_read" => a.p2p = rtr_from_bits(2),
+        _ => panic!("unknown variant {name}"),
+    }
+    let mut b = a.clone();
+    // The responder asks for markers too in the marker variants (both directions).
+    b.markers = a.markers;
+    (a, b)
+}
