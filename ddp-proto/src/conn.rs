@@ -604,7 +604,7 @@ impl Connection {
     pub fn is_idle(&self) -> bool {
         self.deframer.is_idle()
             && !self.send_rx.queue().in_message()
-            && !self.orq.front().is_some_and(|r| r.received > 0)
+            && self.orq.front().is_none_or(|r| r.received == 0)
     }
 
     /// What a Send that finds no posted receive does. A driver that offers both plain stream
