@@ -1,0 +1,124 @@
+//! Closing and duplicating: `close`, `close_range`, `closefrom`, `dup`, `dup2`, `dup3`
+//! (`fcntl(F_DUPFD*)` is in [`crate::fcntl`]).
+//!
+//! The table's bookkeeping lives here: a close clears the slot *before* the real close (after
+//! it, another thread may already own the number); a dup gives the new fd the old one's mark,
+//! or erases a stale mark on the new number, *after* the real call succeeded. `close_range` and
+//! `closefrom` are interposed too, so fds closed in bulk (as daemons and `posix_spawn`-style
+//! children do) leave no stale marks; with `CLOSE_RANGE_CLOEXEC` nothing is closed and nothing
+//! is cleared.
+
+use libc::{c_int, c_uint};
+
+use crate::errno::{Errno, ErrnoGuard, cvt, ret};
+use crate::fdtable::{self, Handle};
+use crate::log::{Outcome, debug};
+use crate::real;
+
+/// `close(2)`.
+///
+/// # Safety
+/// No pointers; as for libc's `close`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    dispatch!(fd; (fd: c_int) -> c_int; pass: real::close(fd); routed: |h| routed_close(h, fd))
+}
+
+fn routed_close(_h: Handle, fd: c_int) -> Result<c_int, Errno> {
+    fdtable::clear(fd);
+    // SAFETY: no pointer arguments.
+    let rc = unsafe { real::close(fd) };
+    if crate::log::enabled() {
+        let _errno = ErrnoGuard::new();
+        debug!("close({fd}) = {} [tracked]", Outcome::of(rc.into()));
+    }
+    cvt(rc)
+}
+
+/// `close_range(2)`.
+///
+/// # Safety
+/// No pointers; as for libc's `close_range`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        fdtable::clear_range(first, last);
+    }
+    // SAFETY: no pointer arguments.
+    unsafe { real::close_range(first, last, flags) }
+}
+
+/// `closefrom(3)`.
+///
+/// # Safety
+/// No pointers; as for libc's `closefrom`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn closefrom(lowfd: c_int) {
+    if let Ok(first) = c_uint::try_from(lowfd) {
+        fdtable::clear_range(first, c_uint::MAX);
+    }
+    // SAFETY: no pointer arguments.
+    unsafe { real::closefrom(lowfd) }
+}
+
+/// `dup(2)`.
+///
+/// # Safety
+/// No pointers; as for libc's `dup`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    if !fdtable::any() {
+        // SAFETY: no pointer arguments.
+        return unsafe { real::dup(fd) };
+    }
+    ret(tracked_dup(fd, |old| {
+        // SAFETY: no pointer arguments.
+        unsafe { real::dup(old) }
+    }))
+}
+
+/// `dup2(2)`.
+///
+/// # Safety
+/// No pointers; as for libc's `dup2`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if !fdtable::any() {
+        // SAFETY: no pointer arguments.
+        return unsafe { real::dup2(old, new) };
+    }
+    ret(tracked_dup(old, |old| {
+        // SAFETY: no pointer arguments.
+        unsafe { real::dup2(old, new) }
+    }))
+}
+
+/// `dup3(2)`.
+///
+/// # Safety
+/// No pointers; as for libc's `dup3`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if !fdtable::any() {
+        // SAFETY: no pointer arguments.
+        return unsafe { real::dup3(old, new, flags) };
+    }
+    ret(tracked_dup(old, |old| {
+        // SAFETY: no pointer arguments.
+        unsafe { real::dup3(old, new, flags) }
+    }))
+}
+
+/// Runs a dup-family call `f(old)` while the table is in use, then gives the new fd `old`'s
+/// mark (or none). Shared with `fcntl(F_DUPFD*)`.
+pub fn tracked_dup(old: c_int, f: impl FnOnce(c_int) -> c_int) -> Result<c_int, Errno> {
+    let new = cvt(f(old))?;
+    if new != old {
+        fdtable::copy(old, new);
+        if crate::log::enabled() && fdtable::lookup(new).is_some() {
+            let _errno = ErrnoGuard::new();
+            debug!("dup({old}) = {new} [tracked]");
+        }
+    }
+    Ok(new)
+}

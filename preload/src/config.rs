@@ -1,0 +1,48 @@
+//! `EXSOCK_*` settings, read once by the ELF constructor from the environment.
+//!
+//! - `EXSOCK_LOG`: see [`crate::log`].
+//! - `EXSOCK_TRACK=all`: a test setting. Every AF_INET/AF_INET6 stream socket is marked in the
+//!   fd table as [`crate::route::TRACKED`], so all of its calls take the routed path — the code
+//!   the DDP mode will extend — which in this version forwards them to libc. It shows that the
+//!   routing points and the table's bookkeeping (close, dup, accept, fork) are transparent,
+//!   under real programs, before any protocol is behind them.
+//!
+//! Rules that switch sockets into DDP mode (`EXSOCK_RULES`, `EXSOCK_CONFIG`) belong to the DDP
+//! issue and are not read here.
+
+use core::ffi::CStr;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+static TRACK: AtomicBool = AtomicBool::new(false);
+static OBSERVE: AtomicBool = AtomicBool::new(false);
+
+/// Reads the environment. Called once, from the constructor.
+pub fn init() {
+    if let Some(v) = env(c"EXSOCK_LOG") {
+        crate::log::init(v);
+    }
+    if env(c"EXSOCK_TRACK").is_some_and(|v| v.to_bytes() == b"all") {
+        TRACK.store(true, Ordering::Relaxed);
+    }
+    let observe = crate::log::enabled() || TRACK.load(Ordering::Relaxed);
+    OBSERVE.store(observe, Ordering::Relaxed);
+}
+
+fn env(name: &CStr) -> Option<&'static CStr> {
+    // SAFETY: getenv with a NUL-terminated name; it neither allocates nor calls our hooks, and
+    // the constructor runs before the program can change the environment.
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    // SAFETY: a non-null getenv result is a NUL-terminated string that lives in the environment.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
+}
+
+/// Whether a newly created socket needs a look (logging or tracking is on): one relaxed load.
+#[inline(always)]
+pub fn observe() -> bool {
+    OBSERVE.load(Ordering::Relaxed)
+}
+
+/// Whether `EXSOCK_TRACK=all` is in force.
+pub fn track() -> bool {
+    TRACK.load(Ordering::Relaxed)
+}

@@ -1,0 +1,134 @@
+//! The variadic calls: `fcntl`, `fcntl64` and `ioctl`.
+//!
+//! Stable Rust cannot define C-variadic functions, so the exported symbols are in `shim.c`,
+//! which reads the one optional argument as a pointer-sized word (as glibc does) and calls the
+//! functions here under the hidden names `exsock_fcntl`, `exsock_fcntl64` and `exsock_ioctl`
+//! (hidden aliases made with `global_asm!`, so the version script needs no exceptions and the
+//! names are not exported). `F_DUPFD` and `F_DUPFD_CLOEXEC` create fds and so keep the table up
+//! to date like `dup` does.
+
+use libc::{c_int, c_ulong, c_void};
+
+use crate::close_dup::tracked_dup;
+use crate::errno::{Errno, cvt, ret};
+use crate::fdtable::{self, Handle};
+use crate::real;
+
+core::arch::global_asm!(
+    ".globl exsock_fcntl",
+    ".hidden exsock_fcntl",
+    ".set exsock_fcntl, {fcntl}",
+    ".globl exsock_fcntl64",
+    ".hidden exsock_fcntl64",
+    ".set exsock_fcntl64, {fcntl64}",
+    ".globl exsock_ioctl",
+    ".hidden exsock_ioctl",
+    ".set exsock_ioctl, {ioctl}",
+    fcntl = sym fcntl_entry,
+    fcntl64 = sym fcntl64_entry,
+    ioctl = sym ioctl_entry,
+);
+
+fn is_dupfd(cmd: c_int) -> bool {
+    cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC
+}
+
+/// `fcntl(fd, cmd, arg)` from the shim.
+///
+/// # Safety
+/// As for libc's `fcntl`.
+unsafe extern "C" fn fcntl_entry(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int {
+    if !fdtable::any() {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe { real::fcntl(fd, cmd, arg) };
+    }
+    // SAFETY: as above, through the routing point.
+    unsafe { fcntl_in_table(fd, cmd, arg, real::fcntl) }
+}
+
+/// `fcntl64(fd, cmd, arg)` from the shim.
+///
+/// # Safety
+/// As for libc's `fcntl64`.
+unsafe extern "C" fn fcntl64_entry(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int {
+    if !fdtable::any() {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe { real::fcntl64(fd, cmd, arg) };
+    }
+    // SAFETY: as above, through the routing point.
+    unsafe { fcntl_in_table(fd, cmd, arg, real::fcntl64) }
+}
+
+/// The C-convention form of [`tracked_fcntl`], out of line.
+///
+/// # Safety
+/// As for [`tracked_fcntl`].
+#[cold]
+#[inline(never)]
+unsafe fn fcntl_in_table(
+    fd: c_int,
+    cmd: c_int,
+    arg: *mut c_void,
+    real: unsafe fn(c_int, c_int, *mut c_void) -> c_int,
+) -> c_int {
+    // SAFETY: as the caller's contract.
+    ret(unsafe { tracked_fcntl(fd, cmd, arg, real) })
+}
+
+/// fcntl while the table is in use: dup commands copy the mark; other commands on a marked fd
+/// go to [`routed_fcntl`].
+///
+/// # Safety
+/// `real` is libc's fcntl or fcntl64, and the arguments are as for it.
+unsafe fn tracked_fcntl(
+    fd: c_int,
+    cmd: c_int,
+    arg: *mut c_void,
+    real: unsafe fn(c_int, c_int, *mut c_void) -> c_int,
+) -> Result<c_int, Errno> {
+    if is_dupfd(cmd) {
+        // SAFETY: the caller's arguments (an int in `arg`), passed on unchanged.
+        return tracked_dup(fd, |fd| unsafe { real(fd, cmd, arg) });
+    }
+    match fdtable::lookup_marked(fd) {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        None => cvt(unsafe { real(fd, cmd, arg) }),
+        // SAFETY: as above.
+        Some(h) => unsafe { routed_fcntl(h, fd, cmd, arg, real) },
+    }
+}
+
+/// # Safety
+/// As for [`tracked_fcntl`].
+unsafe fn routed_fcntl(
+    _h: Handle,
+    fd: c_int,
+    cmd: c_int,
+    arg: *mut c_void,
+    real: unsafe fn(c_int, c_int, *mut c_void) -> c_int,
+) -> Result<c_int, Errno> {
+    // SAFETY: forwarded unchanged.
+    cvt(unsafe { real(fd, cmd, arg) })
+}
+
+/// `ioctl(fd, request, arg)` from the shim.
+///
+/// # Safety
+/// As for libc's `ioctl`.
+unsafe extern "C" fn ioctl_entry(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    dispatch!(fd; (fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int;
+        pass: real::ioctl(fd, request, arg);
+        routed: |h| routed_ioctl(h, fd, request, arg))
+}
+
+/// # Safety
+/// As for libc's `ioctl`.
+unsafe fn routed_ioctl(
+    _h: Handle,
+    fd: c_int,
+    request: c_ulong,
+    arg: *mut c_void,
+) -> Result<c_int, Errno> {
+    // SAFETY: forwarded unchanged.
+    cvt(unsafe { real::ioctl(fd, request, arg) })
+}

@@ -1,0 +1,304 @@
+//! Socket creation and connection setup: `socket`, `socketpair`, `bind`, `listen`, `accept`,
+//! `accept4`, `connect`, `shutdown`.
+//!
+//! Creators pass through and then, only if logging or tracking is on or the fd table is in use,
+//! look at the new fd ([`route::new_socket`]: mark it or erase a stale mark; log it). Calls on an
+//! existing fd route on [`fdtable::lookup`]. An accepted socket follows its listener: it gets the
+//! listener's mark.
+
+use libc::{c_int, sockaddr, socklen_t};
+
+use crate::errno::{Errno, ErrnoGuard, cvt, ret};
+use crate::fdtable::{self, Handle};
+use crate::log::{Addr, Domain, Outcome, SockType, debug};
+use crate::{config, real, route};
+
+/// `socket(2)`.
+///
+/// # Safety
+/// As for libc's `socket`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let fd = unsafe { real::socket(domain, ty, protocol) };
+    if config::observe() || fdtable::any() {
+        created(fd, domain, ty, protocol);
+    }
+    fd
+}
+
+#[cold]
+fn created(fd: c_int, domain: c_int, ty: c_int, protocol: c_int) {
+    let _errno = ErrnoGuard::new();
+    if fd >= 0 {
+        route::new_socket(fd, domain, ty);
+    }
+    debug!(
+        "socket({}, {}, {protocol}) = {}{}",
+        Domain(domain),
+        SockType(ty),
+        Outcome::of(fd.into()),
+        if fdtable::lookup(fd).is_some() {
+            " [tracked]"
+        } else {
+            ""
+        }
+    );
+}
+
+/// `socketpair(2)`.
+///
+/// # Safety
+/// As for libc's `socketpair`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn socketpair(
+    domain: c_int,
+    ty: c_int,
+    protocol: c_int,
+    sv: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let rc = unsafe { real::socketpair(domain, ty, protocol, sv) };
+    if config::observe() || fdtable::any() {
+        let _errno = ErrnoGuard::new();
+        if rc == 0 {
+            // SAFETY: on success libc stored two fds at `sv`.
+            let (a, b) = unsafe { (*sv, *sv.add(1)) };
+            route::new_plain(a);
+            route::new_plain(b);
+            debug!(
+                "socketpair({}, {}, {protocol}) = [{a}, {b}]",
+                Domain(domain),
+                SockType(ty)
+            );
+        } else {
+            debug!(
+                "socketpair({}, {}, {protocol}) = {}",
+                Domain(domain),
+                SockType(ty),
+                Outcome::of(rc.into())
+            );
+        }
+    }
+    rc
+}
+
+/// `bind(2)`.
+///
+/// # Safety
+/// As for libc's `bind`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    let rc = match fdtable::lookup(fd) {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        None => unsafe { real::bind(fd, addr, len) },
+        // SAFETY: as above, through the routing point.
+        Some(h) => ret(unsafe { routed_bind(h, fd, addr, len) }),
+    };
+    if crate::log::enabled() {
+        let _errno = ErrnoGuard::new();
+        let outcome = Outcome::of(rc.into());
+        // SAFETY: the kernel did not reject the pointer or length (see `logged_addr`).
+        let a = unsafe { logged_addr(&outcome, addr, len) };
+        debug!("bind({fd}, {a}) = {outcome}");
+    }
+    rc
+}
+
+/// The address a bind or connect was given, for the log — unless the kernel refused it as
+/// unreadable (`EFAULT`) or of a bad length (`EINVAL`), in which case it is not touched.
+///
+/// # Safety
+/// Unless `outcome` is one of those errors, `addr` is valid for `len` bytes.
+unsafe fn logged_addr(outcome: &Outcome, addr: *const sockaddr, len: socklen_t) -> Addr {
+    if outcome.0 == -1 && matches!(outcome.1, libc::EFAULT | libc::EINVAL) {
+        return Addr::None;
+    }
+    // SAFETY: see above.
+    unsafe { Addr::read(addr, len) }
+}
+
+/// # Safety
+/// As for libc's `bind`.
+unsafe fn routed_bind(
+    _h: Handle,
+    fd: c_int,
+    addr: *const sockaddr,
+    len: socklen_t,
+) -> Result<c_int, Errno> {
+    // SAFETY: forwarded unchanged.
+    cvt(unsafe { real::bind(fd, addr, len) })
+}
+
+/// `listen(2)`.
+///
+/// # Safety
+/// As for libc's `listen` (no pointers: always safe in practice).
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    let rc = match fdtable::lookup(fd) {
+        // SAFETY: no pointer arguments.
+        None => unsafe { real::listen(fd, backlog) },
+        Some(h) => ret(routed_listen(h, fd, backlog)),
+    };
+    debug!("listen({fd}, {backlog}) = {}", Outcome::of(rc.into()));
+    rc
+}
+
+fn routed_listen(_h: Handle, fd: c_int, backlog: c_int) -> Result<c_int, Errno> {
+    // SAFETY: no pointer arguments.
+    cvt(unsafe { real::listen(fd, backlog) })
+}
+
+/// `accept(2)`.
+///
+/// # Safety
+/// As for libc's `accept`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    match fdtable::lookup(fd) {
+        None => {
+            // SAFETY: the caller's arguments, passed on unchanged.
+            let nfd = unsafe { real::accept(fd, addr, len) };
+            if config::observe() || fdtable::any() {
+                accepted(fd, nfd);
+            }
+            nfd
+        }
+        // SAFETY: as above, through the routing point.
+        Some(h) => ret(unsafe { routed_accept(h, fd, addr, len, None) }),
+    }
+}
+
+/// `accept4(2)`.
+///
+/// # Safety
+/// As for libc's `accept4`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    match fdtable::lookup(fd) {
+        None => {
+            // SAFETY: the caller's arguments, passed on unchanged.
+            let nfd = unsafe { real::accept4(fd, addr, len, flags) };
+            if config::observe() || fdtable::any() {
+                accepted(fd, nfd);
+            }
+            nfd
+        }
+        // SAFETY: as above, through the routing point.
+        Some(h) => ret(unsafe { routed_accept(h, fd, addr, len, Some(flags)) }),
+    }
+}
+
+/// After an accept on a listener that is not marked: erase a stale mark, log.
+#[cold]
+fn accepted(listener: c_int, nfd: c_int) {
+    let _errno = ErrnoGuard::new();
+    if nfd >= 0 {
+        route::new_plain(nfd);
+    }
+    debug!(
+        "accept({listener}) = {} from {}",
+        Outcome::of(nfd.into()),
+        peer(nfd)
+    );
+}
+
+/// The peer address of an accepted socket, for the log (asked with the real getpeername into
+/// our own buffer, so the caller's possibly truncated address is never over-read).
+fn peer(nfd: c_int) -> Addr {
+    if nfd < 0 {
+        return Addr::None;
+    }
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    let mut len = core::mem::size_of_val(&ss) as socklen_t;
+    let p = (&mut ss as *mut libc::sockaddr_storage).cast::<sockaddr>();
+    // SAFETY: `p`/`len` describe our own buffer.
+    if unsafe { real::getpeername(nfd, p, &mut len) } != 0 {
+        return Addr::None;
+    }
+    // SAFETY: the kernel wrote `len` bytes (capped to the buffer) at `p`.
+    unsafe { Addr::read(p, len.min(core::mem::size_of_val(&ss) as socklen_t)) }
+}
+
+/// # Safety
+/// As for libc's `accept`/`accept4`.
+unsafe fn routed_accept(
+    h: Handle,
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: Option<c_int>,
+) -> Result<c_int, Errno> {
+    // SAFETY: forwarded unchanged.
+    let nfd = cvt(unsafe {
+        match flags {
+            None => real::accept(fd, addr, len),
+            Some(f) => real::accept4(fd, addr, len, f),
+        }
+    })?;
+    let _errno = ErrnoGuard::new();
+    fdtable::mark(nfd, h);
+    debug!("accept({fd}) = {nfd} from {} [tracked]", peer(nfd));
+    Ok(nfd)
+}
+
+/// `connect(2)`.
+///
+/// # Safety
+/// As for libc's `connect`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    let rc = match fdtable::lookup(fd) {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        None => unsafe { real::connect(fd, addr, len) },
+        // SAFETY: as above, through the routing point.
+        Some(h) => ret(unsafe { routed_connect(h, fd, addr, len) }),
+    };
+    if crate::log::enabled() {
+        let _errno = ErrnoGuard::new();
+        let outcome = Outcome::of(rc.into());
+        // SAFETY: the kernel did not reject the pointer or length (see `logged_addr`).
+        let a = unsafe { logged_addr(&outcome, addr, len) };
+        debug!("connect({fd}, {a}) = {outcome}");
+    }
+    rc
+}
+
+/// # Safety
+/// As for libc's `connect`.
+unsafe fn routed_connect(
+    _h: Handle,
+    fd: c_int,
+    addr: *const sockaddr,
+    len: socklen_t,
+) -> Result<c_int, Errno> {
+    // SAFETY: forwarded unchanged.
+    cvt(unsafe { real::connect(fd, addr, len) })
+}
+
+/// `shutdown(2)`.
+///
+/// # Safety
+/// As for libc's `shutdown` (no pointers).
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    let rc = match fdtable::lookup(fd) {
+        // SAFETY: no pointer arguments.
+        None => unsafe { real::shutdown(fd, how) },
+        Some(h) => ret(routed_shutdown(h, fd, how)),
+    };
+    debug!("shutdown({fd}, {how}) = {}", Outcome::of(rc.into()));
+    rc
+}
+
+fn routed_shutdown(_h: Handle, fd: c_int, how: c_int) -> Result<c_int, Errno> {
+    // SAFETY: no pointer arguments.
+    cvt(unsafe { real::shutdown(fd, how) })
+}
