@@ -182,6 +182,30 @@ static int setopt(int fd, int opt, int v, const char *name)
 	return -1;
 }
 
+/* IRD/ORD as perftest's rdma_cm conn_param: 0/0 (send, write), out_reads (read). Should the
+ * library refuse 0, 1 is the nearest it takes (a deviation on the wire only). */
+static int set_ird_ord(int fd, int v)
+{
+	static const int opt[2] = { DDP_IRD, DDP_ORD };
+	static const char *name[2] = { "DDP_IRD", "DDP_ORD" };
+	for (int i = 0; i < 2; i++) {
+		int x = v;
+		if (setsockopt(fd, SOL_DDP, opt[i], &x, sizeof x) == 0)
+			continue;
+		if (v == 0 && errno == EINVAL) {
+			static int noted;
+			if (!noted++)
+				xs_msg("note: the library refuses %s 0 (perftest's value): using 1", name[i]);
+			x = 1;
+			if (setsockopt(fd, SOL_DDP, opt[i], &x, sizeof x) == 0)
+				continue;
+		}
+		xs_perr("setsockopt(SOL_DDP, %s, %d)", name[i], v);
+		return -1;
+	}
+	return 0;
+}
+
 /* DDP options of a socket (before connect/listen). IRD/ORD as perftest's conn_param. */
 static int apply_opts(int fd, int ird_ord)
 {
@@ -197,9 +221,7 @@ static int apply_opts(int fd, int ird_ord)
 		return -1;
 	if (setopt(fd, DDP_ZERO_BASED_TO, 0, "DDP_ZERO_BASED_TO"))
 		return -1;
-	if (setopt(fd, DDP_IRD, ird_ord, "DDP_IRD") || setopt(fd, DDP_ORD, ird_ord, "DDP_ORD"))
-		return -1;
-	return 0;
+	return set_ird_ord(fd, ird_ord);
 }
 
 static int retryable(int e)
@@ -718,8 +740,7 @@ static int run(void)
 		t->tc.fd = connect_ddp(test_ird, "test connection");
 	} else {
 		/* accepted sockets inherit the listener's options: IRD/ORD of the test connection */
-		if (test_ird && (setopt(lfd, DDP_IRD, test_ird, "DDP_IRD") ||
-				 setopt(lfd, DDP_ORD, test_ird, "DDP_ORD")))
+		if (test_ird && set_ird_ord(lfd, test_ird))
 			return -1;
 		t->tc.fd = xs_accept(lfd, xs_timeout_ms);
 		close(lfd);
@@ -740,10 +761,11 @@ static int run(void)
 	if (ddp_reg_mr(t->tc.fd, t->buf, 2 * t->buff_size,
 		       DDP_ACCESS_LOCAL_WRITE | DDP_ACCESS_REMOTE_WRITE | DDP_ACCESS_REMOTE_READ, &t->stag))
 		xs_pfatal("ddp_reg_mr(data buffer)");
-	/* local half: the pattern (sender data); remote half: the pattern for readers, zeros
-	 * for writers (so that what arrives is what is checked) */
-	xs_fill(t->buf, t->buff_size, t->seed, 0);
-	if (O->test == T_READ)
+	/* the pattern where data comes from: the local half of senders and writers, the remote
+	 * half of a read server; where data arrives stays zero (so what arrives is checked) */
+	if (is_client && O->test != T_READ)
+		xs_fill(t->buf, t->buff_size, t->seed, 0);
+	if (!is_client && O->test == T_READ)
 		xs_fill(t->buf + t->buff_size, t->buff_size, t->seed, 0);
 	t->my.lid = 0;
 	t->my.out_reads = O->test == T_READ ? READ_OUTS : 1;
