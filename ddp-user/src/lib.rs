@@ -61,8 +61,8 @@ pub mod driver;
 pub mod engine;
 pub mod sys;
 
-pub use driver::after_fork_in_child;
 pub use driver::socket::{DdpSocket, MAX_SGE, SIGNALED, SOLICITED};
+pub use driver::{after_fork_in_child, flush_at_exit};
 pub use engine::cq::{ConnInfo, Wc};
 pub use engine::options::Options;
 pub use sys::Errno;

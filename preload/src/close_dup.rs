@@ -10,6 +10,7 @@
 
 use libc::{c_int, c_uint};
 
+use crate::ddp::entry;
 use crate::errno::{Errno, ErrnoGuard, cvt, ret};
 use crate::fdtable::{self, Handle};
 use crate::log::{Outcome, debug};
@@ -25,7 +26,12 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 }
 
 fn routed_close(_h: Handle, fd: c_int) -> Result<c_int, Errno> {
-    fdtable::clear(fd);
+    // The slot is cleared first (the number may be reused as soon as the real close returns);
+    // the last fd of a DDP socket closes the connection (bounded: the engine lingers on its
+    // progress thread, this call does not wait).
+    if let Some(prev) = fdtable::clear(fd) {
+        entry::release(prev);
+    }
     // SAFETY: no pointer arguments.
     let rc = unsafe { real::close(fd) };
     if crate::log::enabled() {
@@ -42,7 +48,7 @@ fn routed_close(_h: Handle, fd: c_int) -> Result<c_int, Errno> {
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-        fdtable::clear_range(first, last);
+        fdtable::clear_range(first, last, entry::release);
     }
     // SAFETY: no pointer arguments.
     unsafe { real::close_range(first, last, flags) }
@@ -55,7 +61,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn closefrom(lowfd: c_int) {
     if let Ok(first) = c_uint::try_from(lowfd) {
-        fdtable::clear_range(first, c_uint::MAX);
+        fdtable::clear_range(first, c_uint::MAX, entry::release);
     }
     // SAFETY: no pointer arguments.
     unsafe { real::closefrom(lowfd) }
@@ -110,11 +116,12 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 }
 
 /// Runs a dup-family call `f(old)` while the table is in use, then gives the new fd `old`'s
-/// mark (or none). Shared with `fcntl(F_DUPFD*)`.
+/// mark (or none; a DDP socket counts one more fd, and a DDP fd replaced by `dup2`/`dup3` one
+/// fewer). Shared with `fcntl(F_DUPFD*)`.
 pub fn tracked_dup(old: c_int, f: impl FnOnce(c_int) -> c_int) -> Result<c_int, Errno> {
     let new = cvt(f(old))?;
     if new != old {
-        fdtable::copy(old, new);
+        crate::route::dup_mark(old, new);
         if crate::log::enabled() && fdtable::lookup(new).is_some() {
             let _errno = ErrnoGuard::new();
             debug!("dup({old}) = {new} [tracked]");

@@ -123,8 +123,8 @@ pub fn clear(fd: c_int) -> Option<Handle> {
 }
 
 /// Unmarks every fd in `first..=last` (for `close_range`/`closefrom`); visits only mapped
-/// leaves.
-pub fn clear_range(first: u32, last: u32) {
+/// leaves, and hands every mark it removes to `on_cleared`.
+pub fn clear_range(first: u32, last: u32, mut on_cleared: impl FnMut(Handle)) {
     if !any() || first > last {
         return;
     }
@@ -141,9 +141,20 @@ pub fn clear_range(first: u32, last: u32) {
         let hi = last.min(base + LEAF_LEN - 1) - base;
         // SAFETY: published leaves are never unmapped; `lo..=hi` is within the leaf.
         for slot in unsafe { &(&(*leaf).0)[lo..=hi] } {
-            slot.store(0, Ordering::Release);
+            if slot.load(Ordering::Relaxed) != 0
+                && let Some(h) = NonZeroU64::new(slot.swap(0, Ordering::AcqRel))
+            {
+                on_cleared(Handle(h));
+            }
         }
     }
+}
+
+/// Marks `fd` with `handle` and returns its previous mark (`None` also if no leaf could be
+/// mapped, in which case `fd` stays unmarked).
+pub fn replace(fd: c_int, handle: Handle) -> Option<Handle> {
+    ANY.store(true, Ordering::SeqCst);
+    NonZeroU64::new(slot(fd, true)?.swap(handle.0.get(), Ordering::AcqRel)).map(Handle)
 }
 
 /// Makes `new` carry the same mark as `old` (after a successful `dup`-family call that made
@@ -186,11 +197,11 @@ mod tests {
         for fd in [5, 20_000, 40_000] {
             mark(fd, h(9));
         }
-        clear_range(6, u32::MAX);
+        clear_range(6, u32::MAX, |_| {});
         assert_eq!(lookup(5), Some(h(9)));
         assert_eq!(lookup(20_000), None);
         assert_eq!(lookup(40_000), None);
-        clear_range(0, 5);
+        clear_range(0, 5, |_| {});
         assert_eq!(lookup(5), None);
     }
 }

@@ -1,12 +1,16 @@
 //! `fork`.
 //!
-//! Policy for this version: nothing to do but stay correct. The fd table is plain process
-//! memory without locks, so the child's copy describes exactly the fds it inherits; the
-//! real-function table is copied resolved. The hook exists so that the DDP issue has one place
-//! to decide what a child does with inherited DDP sockets (their engine state lives in the
-//! parent's helper thread, which the child does not have), and so that `EXSOCK_LOG` shows
-//! forks. `vfork` and `posix_spawn` are not interposed: their children only `exec`, and the
-//! exec'd image starts with an empty table. `clone` is not interposed either.
+//! The fd table is plain process memory without locks, so the child's copy describes exactly
+//! the fds it inherits; the real-function table is copied resolved. What a child does with
+//! inherited DDP sockets (their engine lives in the parent's progress thread, which the child
+//! does not have) is decided by the `pthread_atfork` child handler registered in the
+//! constructor ([`crate::ddp::init`]): `ddp_user::after_fork_in_child()` — inherited connected
+//! DDP sockets become byte streams served by the parent, extension calls on them say
+//! `EOPNOTSUPP`, listeners keep their options and new connections get the child's own engine.
+//! A handler (not this hook) because libc's `fork` runs it in every path, `system()` and
+//! programs calling `__libc_fork` included. This hook only makes `EXSOCK_LOG` show forks.
+//! `vfork` and `posix_spawn` are not interposed: their children only `exec`, and the exec'd
+//! image starts with an empty table. `clone` is not interposed either.
 
 use libc::pid_t;
 

@@ -3,7 +3,10 @@
 //! Preloaded into any process (`scripts/exsock-run CMD...`), it interposes the libc socket API
 //! and passes every call on a socket that has not opted in to libc, unchanged and invisibly:
 //! same results, same errno, no allocation, lock or system call added. Sockets that opt in to
-//! DDP mode (a later issue) are routed into the user-level iWARP engine of `ddp-user`.
+//! DDP mode (`setsockopt(fd, SOL_DDP, DDP_MODE, 1)`) are routed into the user-level iWARP
+//! engine of `ddp-user` ([`ddp`]), and the extension API of `sockopt_ext.h` is exported
+//! (`ddp_reg_mr`, `ddp_post_*`, `ddp_poll`, `ddp_wait`, `ddp_event_fd`, `ddp_version`,
+//! `ddp_abi_describe`: [`ddp::api`]).
 //!
 //! Interposed: `socket`, `socketpair`, `bind`, `listen`, `accept`, `accept4`, `connect`,
 //! `shutdown` ([`socket`]); `close`, `close_range`, `closefrom`, `dup`, `dup2`, `dup3`
@@ -18,9 +21,16 @@
 //! How a call goes: each exported function asks the fd table ([`fdtable`]) whether its fd is
 //! routed — one relaxed atomic load while no fd is marked — and otherwise tail-calls the real
 //! function from the one table of real functions ([`real`]), resolved by the ELF constructor
-//! below. A routed call goes to a function returning `Result<_, Errno>` ([`errno`]), where the
-//! DDP mode will plug in; in this version routed calls (only sockets marked by the
-//! `EXSOCK_TRACK=all` test setting, see [`config`]) forward to libc too.
+//! below. A routed call goes to a function returning `Result<_, Errno>` ([`errno`]): on a
+//! connected DDP socket it goes to the engine (data calls), to the engine's TCP socket
+//! (names, `SOL_SOCKET`/`IPPROTO_TCP` options) or to DDP bookkeeping (connect, accept, close,
+//! dup); on a socket marked by the `EXSOCK_TRACK=all` test setting ([`config`]) or with pending
+//! DDP options it forwards to libc. `SOL_DDP` options are answered on any TCP socket (the
+//! check is a compare in `setsockopt`/`getsockopt`, before their fd-table test).
+//!
+//! Process lifecycle: the constructor registers a `pthread_atfork` child handler (the engine's
+//! fork policy, [`ddp`]); the destructor (`exit`) lets DDP sockets write what they had queued,
+//! at most 2 s ([`ddp_user::flush_at_exit`]).
 //!
 //! What it refuses to do: Rust std I/O, `nix`, or anything else that would re-enter its own
 //! hooks (internal I/O uses the saved real functions or raw system calls); allocation, locks or
@@ -65,6 +75,7 @@ macro_rules! dispatch {
 
 pub mod close_dup;
 pub mod config;
+pub mod ddp;
 pub mod errno;
 pub mod fcntl;
 pub mod fdtable;
@@ -85,8 +96,21 @@ use libc::{c_char, c_int};
 #[unsafe(link_section = ".init_array")]
 static CONSTRUCTOR: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = init;
 
+/// The ELF destructor: at `exit`, DDP sockets still write what they had queued (bounded by
+/// the engine's close linger, 2 s) — a TCP socket's data outlives its process, and so must
+/// theirs. Not run by `_exit` or a fatal signal.
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static DESTRUCTOR: extern "C" fn() = fini;
+
+extern "C" fn fini() {
+    let _errno = errno::ErrnoGuard::new();
+    ddp_user::flush_at_exit(core::time::Duration::from_secs(2));
+}
+
 extern "C" fn init(_argc: c_int, _argv: *const *const c_char, _envp: *const *const c_char) {
     let _errno = errno::ErrnoGuard::new();
     real::resolve_all();
     config::init();
+    ddp::init();
 }

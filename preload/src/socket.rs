@@ -121,12 +121,13 @@ unsafe fn logged_addr(outcome: &Outcome, addr: *const sockaddr, len: socklen_t) 
 /// # Safety
 /// As for libc's `bind`.
 unsafe fn routed_bind(
-    _h: Handle,
+    h: Handle,
     fd: c_int,
     addr: *const sockaddr,
     len: socklen_t,
 ) -> Result<c_int, Errno> {
-    // SAFETY: forwarded unchanged.
+    let fd = route::ddp_socket(h)?.map_or(fd, |r| r.conn().map_or(fd, |c| c.sock.tcp_fd()));
+    // SAFETY: forwarded unchanged (a connected DDP socket: to its TCP socket, which refuses).
     cvt(unsafe { real::bind(fd, addr, len) })
 }
 
@@ -145,9 +146,22 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     rc
 }
 
-fn routed_listen(_h: Handle, fd: c_int, backlog: c_int) -> Result<c_int, Errno> {
+fn routed_listen(h: Handle, fd: c_int, backlog: c_int) -> Result<c_int, Errno> {
+    let r = route::entry_of(h)?;
+    if let Some(c) = r.as_ref().and_then(|r| r.conn()) {
+        // SAFETY: no pointer arguments; the TCP socket of a connected DDP socket refuses.
+        return cvt(unsafe { real::listen(c.sock.tcp_fd(), backlog) });
+    }
     // SAFETY: no pointer arguments.
-    cvt(unsafe { real::listen(fd, backlog) })
+    let rc = cvt(unsafe { real::listen(fd, backlog) })?;
+    if let Some(mut p) = r.as_ref().and_then(|r| r.pending()) {
+        p.listening = true;
+        debug!(
+            "listen({fd}): {} listener (accepted sockets inherit its DDP options)",
+            if p.mode { "DDP" } else { "plain" }
+        );
+    }
+    Ok(rc)
 }
 
 /// `accept(2)`.
@@ -236,17 +250,37 @@ unsafe fn routed_accept(
     len: *mut socklen_t,
     flags: Option<c_int>,
 ) -> Result<c_int, Errno> {
+    let r = route::entry_of(h)?;
+    let lfd = match r.as_ref().and_then(|r| r.conn()) {
+        Some(c) => c.sock.tcp_fd(), // not a listener: the TCP socket says so
+        None => fd,
+    };
     // SAFETY: forwarded unchanged.
     let nfd = cvt(unsafe {
         match flags {
-            None => real::accept(fd, addr, len),
-            Some(f) => real::accept4(fd, addr, len, f),
+            None => real::accept(lfd, addr, len),
+            Some(f) => real::accept4(lfd, addr, len, f),
         }
     })?;
-    let _errno = ErrnoGuard::new();
-    fdtable::mark(nfd, h);
-    debug!("accept({fd}) = {nfd} from {} [tracked]", peer(nfd));
-    Ok(nfd)
+    let listener = r.as_ref().and_then(|r| r.pending()).map(|p| p.clone());
+    match listener {
+        Some(l) => {
+            debug!(
+                "accept({fd}) = {nfd} from {}{}",
+                peer(nfd),
+                if l.mode { ", MPA as responder" } else { "" }
+            );
+            crate::ddp::accepted(&l, fd, nfd)
+        }
+        None => {
+            let _errno = ErrnoGuard::new();
+            if let Some(prev) = fdtable::replace(nfd, h) {
+                crate::ddp::entry::release(prev);
+            }
+            debug!("accept({fd}) = {nfd} from {} [tracked]", peer(nfd));
+            Ok(nfd)
+        }
+    }
 }
 
 /// `connect(2)`.
@@ -274,13 +308,29 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
 /// # Safety
 /// As for libc's `connect`.
 unsafe fn routed_connect(
-    _h: Handle,
+    h: Handle,
     fd: c_int,
     addr: *const sockaddr,
     len: socklen_t,
 ) -> Result<c_int, Errno> {
-    // SAFETY: forwarded unchanged.
-    cvt(unsafe { real::connect(fd, addr, len) })
+    match route::entry_of(h)? {
+        // SAFETY: forwarded unchanged.
+        None => cvt(unsafe { real::connect(fd, addr, len) }),
+        Some(r) => match r.conn() {
+            // Already a DDP socket: connecting (non-blocking) or connected.
+            Some(c) => {
+                if c.sock.is_connected() {
+                    return Err(Errno(libc::EISCONN));
+                }
+                match c.sock.take_error() {
+                    0 => Err(Errno(libc::EALREADY)),
+                    e => Err(Errno(e)),
+                }
+            }
+            // SAFETY: the caller's arguments.
+            None => unsafe { crate::ddp::connect(&r, fd, addr, len) },
+        },
+    }
 }
 
 /// `shutdown(2)`.
@@ -298,7 +348,13 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     rc
 }
 
-fn routed_shutdown(_h: Handle, fd: c_int, how: c_int) -> Result<c_int, Errno> {
+fn routed_shutdown(h: Handle, fd: c_int, how: c_int) -> Result<c_int, Errno> {
+    if let Some(r) = route::ddp_socket(h)?
+        && let Some(c) = r.conn()
+    {
+        c.sock.shutdown(how).map_err(|e| Errno(e.0))?;
+        return Ok(0);
+    }
     // SAFETY: no pointer arguments.
     cvt(unsafe { real::shutdown(fd, how) })
 }

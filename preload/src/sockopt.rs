@@ -1,15 +1,83 @@
 //! Socket-level queries and options: `setsockopt`, `getsockopt`, `getsockname`, `getpeername`.
 //!
-//! Everything passes through, level `SOL_DDP` included: until the DDP issue defines it, libc
-//! answers it as it answers any unknown level (`ENOPROTOOPT`). This is where the DDP issue
-//! intercepts `setsockopt(fd, SOL_DDP, DDP_MODE, 1)` and forwards socket-level queries on DDP
-//! sockets to their TCP fd.
+//! Level `SOL_DDP` is answered by the library on any TCP socket ([`crate::ddp::opts`]): that
+//! is how a socket is switched to DDP mode. On a connected DDP socket (whose fd is the engine's
+//! socketpair end) every other level, `getsockname` and `getpeername` go to the TCP socket;
+//! `SO_ERROR` reports the DDP socket's pending error first. Everything else passes through.
 
 use libc::{c_int, c_void, sockaddr, socklen_t};
 
-use crate::errno::{Errno, cvt};
+use crate::ddp::opts::{self, SOL_DDP};
+use crate::errno::{Errno, ErrnoGuard, cvt, ret};
 use crate::fdtable::Handle;
-use crate::real;
+use crate::log::{Outcome, debug};
+use crate::{real, route};
+
+/// `setsockopt(fd, SOL_DDP, ...)`, logged.
+///
+/// # Safety
+/// As for libc's `setsockopt`.
+#[cold]
+#[inline(never)]
+unsafe fn ddp_setsockopt(fd: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    let rc = ret(unsafe { opts::set(fd, name, val, len) });
+    if crate::log::enabled() {
+        let _errno = ErrnoGuard::new();
+        let v = if len as usize >= core::mem::size_of::<c_int>()
+            && !val.is_null()
+            && name != opts::DDP_PRIVATE_DATA
+        {
+            // SAFETY: an int option the kernel-style checks above found readable.
+            Some(unsafe { val.cast::<c_int>().read_unaligned() })
+        } else {
+            None
+        };
+        let opt = match name {
+            opts::DDP_MODE => "DDP_MODE",
+            opts::DDP_CRC => "DDP_CRC",
+            opts::DDP_MARKERS => "DDP_MARKERS",
+            opts::DDP_MPA_REV => "DDP_MPA_REV",
+            opts::DDP_PRIVATE_DATA => "DDP_PRIVATE_DATA",
+            opts::DDP_IRD => "DDP_IRD",
+            opts::DDP_ORD => "DDP_ORD",
+            opts::DDP_P2P => "DDP_P2P",
+            opts::DDP_PD => "DDP_PD",
+            opts::DDP_ZERO_BASED_TO => "DDP_ZERO_BASED_TO",
+            opts::DDP_MPA_TIMEOUT_MS => "DDP_MPA_TIMEOUT_MS",
+            _ => "?",
+        };
+        match v {
+            Some(v) => debug!(
+                "setsockopt({fd}, SOL_DDP, {opt}({name}), {v}) = {}",
+                Outcome::of(rc.into())
+            ),
+            None => debug!(
+                "setsockopt({fd}, SOL_DDP, {opt}({name}), {len} bytes) = {}",
+                Outcome::of(rc.into())
+            ),
+        }
+    }
+    rc
+}
+
+/// `getsockopt(fd, SOL_DDP, ...)`.
+///
+/// # Safety
+/// As for libc's `getsockopt`.
+#[cold]
+#[inline(never)]
+unsafe fn ddp_getsockopt(fd: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    ret(unsafe { opts::get(fd, name, val, len) })
+}
+
+/// The fd socket-level calls go to: the TCP socket of a connected DDP socket, else `fd`.
+fn target(h: Handle, fd: c_int) -> Result<c_int, Errno> {
+    Ok(route::ddp_socket(h)?
+        .and_then(|r| r.conn().map(|c| c.sock.tcp_fd()))
+        .unwrap_or(fd))
+}
 
 /// `setsockopt(2)`.
 ///
@@ -23,6 +91,10 @@ pub unsafe extern "C" fn setsockopt(
     val: *const c_void,
     len: socklen_t,
 ) -> c_int {
+    if level == SOL_DDP {
+        // SAFETY: the caller's arguments.
+        return unsafe { ddp_setsockopt(fd, name, val, len) };
+    }
     dispatch!(fd; (fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
         pass: real::setsockopt(fd, level, name, val, len);
         routed: |h| routed_setsockopt(h, fd, level, name, val, len))
@@ -31,13 +103,14 @@ pub unsafe extern "C" fn setsockopt(
 /// # Safety
 /// As for libc's `setsockopt`.
 unsafe fn routed_setsockopt(
-    _h: Handle,
+    h: Handle,
     fd: c_int,
     level: c_int,
     name: c_int,
     val: *const c_void,
     len: socklen_t,
 ) -> Result<c_int, Errno> {
+    let fd = target(h, fd)?;
     // SAFETY: forwarded unchanged.
     cvt(unsafe { real::setsockopt(fd, level, name, val, len) })
 }
@@ -54,6 +127,10 @@ pub unsafe extern "C" fn getsockopt(
     val: *mut c_void,
     len: *mut socklen_t,
 ) -> c_int {
+    if level == SOL_DDP {
+        // SAFETY: the caller's arguments.
+        return unsafe { ddp_getsockopt(fd, name, val, len) };
+    }
     dispatch!(fd; (fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int;
         pass: real::getsockopt(fd, level, name, val, len);
         routed: |h| routed_getsockopt(h, fd, level, name, val, len))
@@ -62,13 +139,38 @@ pub unsafe extern "C" fn getsockopt(
 /// # Safety
 /// As for libc's `getsockopt`.
 unsafe fn routed_getsockopt(
-    _h: Handle,
+    h: Handle,
     fd: c_int,
     level: c_int,
     name: c_int,
     val: *mut c_void,
     len: *mut socklen_t,
 ) -> Result<c_int, Errno> {
+    if let Some(r) = route::ddp_socket(h)?
+        && let Some(c) = r.conn()
+    {
+        if level == libc::SOL_SOCKET && name == libc::SO_ERROR {
+            let e = c.sock.take_error();
+            if e != 0 {
+                if val.is_null() || len.is_null() {
+                    return Err(Errno(libc::EFAULT));
+                }
+                // SAFETY: the caller's length.
+                let cap = unsafe { len.read_unaligned() } as usize;
+                if cap < core::mem::size_of::<c_int>() {
+                    return Err(Errno(libc::EINVAL));
+                }
+                // SAFETY: room for an int, as checked.
+                unsafe {
+                    val.cast::<c_int>().write_unaligned(e);
+                    len.write_unaligned(core::mem::size_of::<c_int>() as socklen_t);
+                }
+                return Ok(0);
+            }
+        }
+        // SAFETY: forwarded to the TCP socket.
+        return cvt(unsafe { real::getsockopt(c.sock.tcp_fd(), level, name, val, len) });
+    }
     // SAFETY: forwarded unchanged.
     cvt(unsafe { real::getsockopt(fd, level, name, val, len) })
 }
@@ -98,23 +200,25 @@ pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut s
 /// # Safety
 /// As for libc's `getsockname`.
 unsafe fn routed_getsockname(
-    _h: Handle,
+    h: Handle,
     fd: c_int,
     addr: *mut sockaddr,
     len: *mut socklen_t,
 ) -> Result<c_int, Errno> {
-    // SAFETY: forwarded unchanged.
+    let fd = target(h, fd)?;
+    // SAFETY: forwarded unchanged (a DDP socket: to its TCP socket).
     cvt(unsafe { real::getsockname(fd, addr, len) })
 }
 
 /// # Safety
 /// As for libc's `getpeername`.
 unsafe fn routed_getpeername(
-    _h: Handle,
+    h: Handle,
     fd: c_int,
     addr: *mut sockaddr,
     len: *mut socklen_t,
 ) -> Result<c_int, Errno> {
-    // SAFETY: forwarded unchanged.
+    let fd = target(h, fd)?;
+    // SAFETY: forwarded unchanged (a DDP socket: to its TCP socket).
     cvt(unsafe { real::getpeername(fd, addr, len) })
 }

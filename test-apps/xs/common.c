@@ -388,6 +388,17 @@ int xs_ddp_apply(int fd, const struct xs_ddpopt *o)
 		return -1;
 	if (o->ord && set_int(fd, DDP_ORD, "DDP_ORD", o->ord))
 		return -1;
+	/* Options without a command-line flag, from the environment (as xs-rping reads them):
+	 * XS_MPA_REV=1|2, XS_MARKERS=0|1, XS_P2P=DDP_RTR_* bits. */
+	const char *env;
+	if (!o->mpa_rev && (env = getenv("XS_MPA_REV")) && *env &&
+	    set_int(fd, DDP_MPA_REV, "DDP_MPA_REV", atoi(env)))
+		return -1;
+	if (o->markers < 0 && (env = getenv("XS_MARKERS")) && *env &&
+	    set_int(fd, DDP_MARKERS, "DDP_MARKERS", atoi(env)))
+		return -1;
+	if ((env = getenv("XS_P2P")) && *env && set_int(fd, DDP_P2P, "DDP_P2P", atoi(env)))
+		return -1;
 	return 0;
 }
 

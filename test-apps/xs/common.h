@@ -95,7 +95,8 @@ struct xs_ddpopt {
 };
 #define XS_DDPOPT_INIT { 0, -1, 0, 0, 0, -1 }
 
-/* Applies the options to a socket (before connect/listen). Returns 0 or -1 (message printed;
+/* Applies the options to a socket (before connect/listen), and the environment's XS_MPA_REV,
+ * XS_MARKERS, XS_P2P (DDP_RTR_* bits) if set. Returns 0 or -1 (message printed;
  * ENOPROTOOPT is explained as "library not loaded"). */
 int xs_ddp_apply(int fd, const struct xs_ddpopt *o);
 /* Listens on addr (NULL/"" = any) : port ("0" = ephemeral). Prints a line

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #define PROG_ID 'B'
-#define MAX_SIZE (4u << 20)
+#define MAX_SIZE (16u << 20)
 #define MAX_WINDOW 1024
 #define MEM_CAP (128ull << 20) /* per side: window * size is reduced to fit */
 #define STAMP 64
@@ -62,7 +62,7 @@ static void usage(FILE *f)
 		"  -p PORT     TCP port (default 18516; server: 0 = any free port, printed)\n"
 		"  -m MODE     tcp | ddp (DDP socket, read/write) | ext (posted Sends) | write (RDMA Write)\n"
 		"              (default tcp; a ddp server serves ddp, ext and write clients)\n"
-		"  -S SIZES    message sizes, 1 B to 4 MiB, list and/or ranges (default 1K-1M)\n"
+		"  -S SIZES    message sizes, 0 B to 16 MiB, list and/or ranges (default 1K-1M)\n"
 		"  -W WINDOW   messages per window (default 64, max %d; reduced so that\n"
 		"              window x size <= 128 MiB)\n"
 		"  -n WINDOWS  timed windows per size (default 100)\n"
@@ -100,7 +100,7 @@ struct bw {
 
 static uint32_t eff_window(uint32_t w, uint32_t size)
 {
-	uint64_t m = MEM_CAP / size;
+	uint64_t m = MEM_CAP / (size ? size : 1);
 	if (m < 1)
 		m = 1;
 	return w < m ? w : (uint32_t)m;
@@ -586,7 +586,7 @@ int main(int argc, char **argv)
 	if (!server && !strcmp(port, "0"))
 		xs_usage_error("-p 0 is only for the server");
 	struct xs_plan plan = { 0 };
-	plan.nsizes = (uint32_t)xs_parse_sizes("-S", sizes_s, plan.sizes, XS_MAX_SIZES, 1, MAX_SIZE);
+	plan.nsizes = (uint32_t)xs_parse_sizes("-S", sizes_s, plan.sizes, XS_MAX_SIZES, 0, MAX_SIZE);
 	if (mode != XS_TCP)
 		xs_require_ddp();
 	o.ddp = mode != XS_TCP;
@@ -618,7 +618,7 @@ int main(int argc, char **argv)
 			return XS_EXIT_FAIL;
 		}
 		for (uint32_t i = 0; i < plan.nsizes; i++) {
-			if (plan.sizes[i] < 1 || plan.sizes[i] > MAX_SIZE) {
+			if (plan.sizes[i] > MAX_SIZE) {
 				xs_msg("bad size %u in the client's plan", plan.sizes[i]);
 				return XS_EXIT_FAIL;
 			}

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #define PROG_ID 'R'
-#define MAX_SIZE (4u << 20)
+#define MAX_SIZE (16u << 20)
 
 struct advert { /* rping's struct rping_rdma_info */
 	uint64_t buf;  /* BE */
@@ -55,7 +55,7 @@ static void usage(FILE *f)
 		"  -c ADDR     client: Writes, Reads back, Reads the server's data\n"
 		"  -a ADDR     server: address to listen on (default: any)\n"
 		"  -p PORT     TCP port (default 18517; server: 0 = any free port, printed)\n"
-		"  -S SIZES    transfer sizes, 1 B to 4 MiB (default 1,100,4K,64K,1M)\n"
+		"  -S SIZES    transfer sizes, 0 B to 16 MiB (default 1,100,4K,64K,1M)\n"
 		"  -C COUNT    iterations per size (default 3)\n"
 		"  -t SECONDS  bound of every single wait (default 10)\n"
 		"  -K 0|1      DDP_CRC (default: env XS_CRC, else the library default)\n"
@@ -207,7 +207,7 @@ static int server(struct st *s, const struct xs_plan *p, uint32_t maxsize)
 			return -1;
 		if (c.type == T_BYE)
 			break;
-		if (c.type != T_CHECK || c.size < 1 || c.size > maxsize) {
+		if (c.type != T_CHECK || c.size > maxsize) {
 			xs_msg("bad request from the client (type %u size %u)", c.type, c.size);
 			return -1;
 		}
@@ -366,7 +366,7 @@ int main(int argc, char **argv)
 	if (!is_server && !strcmp(port, "0"))
 		xs_usage_error("-p 0 is only for the server");
 	struct xs_plan plan = { 0 };
-	plan.nsizes = (uint32_t)xs_parse_sizes("-S", sizes_s, plan.sizes, XS_MAX_SIZES, 1, MAX_SIZE);
+	plan.nsizes = (uint32_t)xs_parse_sizes("-S", sizes_s, plan.sizes, XS_MAX_SIZES, 0, MAX_SIZE);
 	xs_require_ddp();
 	o.ddp = 1;
 
@@ -384,7 +384,7 @@ int main(int argc, char **argv)
 		if (xs_recv_plan(s->fd, &plan, PROG_ID) != 0)
 			return XS_EXIT_FAIL;
 		for (uint32_t i = 0; i < plan.nsizes; i++) {
-			if (plan.sizes[i] < 1 || plan.sizes[i] > MAX_SIZE) {
+			if (plan.sizes[i] > MAX_SIZE) {
 				xs_msg("bad size %u in the client's plan", plan.sizes[i]);
 				return XS_EXIT_FAIL;
 			}

@@ -826,6 +826,14 @@ impl ConnState {
         ev
     }
 
+    /// Whether nothing of ours is left to write: the MPA exchange failed, the socket is
+    /// finalized, or everything was written and the FIN sent.
+    pub(crate) fn flushed(&self) -> bool {
+        self.finalized
+            || matches!(self.phase, Phase::Failed)
+            || (self.tcp_shut_wr && self.tail.is_none())
+    }
+
     /// Whether a closing socket is done: the stream is over, or there is nothing left to
     /// send and nothing the peer still owes.
     pub(crate) fn close_done(&self) -> bool {

@@ -18,7 +18,7 @@ use core::time::Duration;
 use std::collections::{HashMap, HashSet};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Once};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once};
 use std::time::Instant;
 
 use ddp_proto::conn::State;
@@ -62,6 +62,9 @@ pub(crate) struct Engine {
     conns: Mutex<HashMap<u64, Arc<Shared>>>,
     /// Sockets with a deadline (non-blocking MPA exchange, close linger).
     timed: Mutex<HashSet<u64>>,
+    /// Bumped (and `flushed_cv` notified) when a closed socket has sent everything.
+    flushed: Mutex<u64>,
+    flushed_cv: Condvar,
     next_id: AtomicU64,
     next_pd: AtomicU32,
     thread: Once,
@@ -94,6 +97,8 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
         wake_fd,
         conns: Mutex::new(HashMap::new()),
         timed: Mutex::new(HashSet::new()),
+        flushed: Mutex::new(0),
+        flushed_cv: Condvar::new(),
         next_id: AtomicU64::new(1),
         next_pd: AtomicU32::new(OWN_PD_BASE),
         thread: Once::new(),
@@ -123,6 +128,40 @@ pub fn after_fork_in_child() {
     ENGINE.store(core::ptr::null_mut(), Ordering::Release);
 }
 
+/// Process exit (call it from an exit handler): closes every socket of this process's engine
+/// and waits, at most `timeout`, until each has written what it had queued and sent its FIN.
+/// Without it, data a program wrote just before exiting dies with the progress thread (a TCP
+/// socket's data would still be sent by the kernel). Does not wait for the peer's FIN.
+pub fn flush_at_exit(timeout: Duration) {
+    let cur = ENGINE.load(Ordering::Acquire);
+    // SAFETY: ENGINE only ever holds null or a leaked, never freed `Box<Engine>`.
+    let Some(e) = (unsafe { cur.as_ref() }) else {
+        return;
+    };
+    if e.pid != sys::getpid() {
+        return;
+    }
+    let socks: Vec<Arc<Shared>> = lock(&e.conns).values().cloned().collect();
+    for sh in &socks {
+        sh.close();
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let seen = *lock(&e.flushed);
+        if socks.iter().all(|sh| sh.in_child() || sh.lock().flushed()) {
+            return;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let g = lock(&e.flushed);
+        if *g == seen {
+            drop(e.flushed_cv.wait_timeout(g, left));
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -131,6 +170,12 @@ impl Engine {
     /// Time since the engine's origin (what `ddp_proto` calls `now`).
     pub(crate) fn now(&self) -> Duration {
         self.origin.elapsed()
+    }
+
+    /// A closed socket has sent everything (see [`flush_at_exit`]).
+    fn note_flushed(&self) {
+        *lock(&self.flushed) += 1;
+        self.flushed_cv.notify_all();
     }
 
     pub(crate) fn own_pd(&self) -> u32 {
@@ -316,6 +361,9 @@ impl Shared {
             self.finalize(st);
         }
         self.rearm(st);
+        if self.user_closed.load(Ordering::Relaxed) && st.flushed() {
+            self.engine.note_flushed();
+        }
     }
 
     /// A one-shot epoll event for this socket, on the progress thread.
@@ -464,6 +512,7 @@ impl Shared {
             self.engine.registry.deregister_pd(self.pd);
         }
         lock(&self.engine.conns).remove(&self.id);
+        self.engine.note_flushed();
     }
 }
 

@@ -126,6 +126,16 @@ impl Drop for Inline<'_> {
     }
 }
 
+/// Whether the connection has ended (no completion can come any more once the CQ is empty).
+fn ended(st: &ConnState) -> bool {
+    st.finalized
+        || matches!(st.phase, Phase::Failed)
+        || st
+            .conn
+            .as_ref()
+            .is_some_and(|c| matches!(c.state(), State::Error | State::Closed))
+}
+
 fn remaining(deadline: Option<Instant>) -> Option<Duration> {
     deadline.map(|d| d.saturating_duration_since(Instant::now()))
 }
@@ -735,18 +745,30 @@ impl DdpSocket {
 
     // ------------------------------------------------------------ completions
 
-    /// Takes up to `out.len()` completions without blocking.
+    /// Takes up to `out.len()` completions without blocking. `EPIPE` once the connection
+    /// has ended and every completion was taken (sockopt_ext.h).
     pub fn poll_cq(&self, out: &mut [Wc]) -> Result<usize, Errno> {
         let sh = self.sh();
         if sh.in_child() {
             return Err(Errno::EOPNOTSUPP);
         }
-        Ok(sh.poll_cq(out))
+        let n = sh.poll_cq(out);
+        if n > 0 || out.is_empty() {
+            return Ok(n);
+        }
+        // sockopt_ext.h: once the connection has ended and every completion was taken, EPIPE.
+        let st = sh.lock();
+        if ended(&st) {
+            let n = sh.poll_cq(out);
+            return if n > 0 { Ok(n) } else { Err(Errno::EPIPE) };
+        }
+        Ok(0)
     }
 
     /// Like [`DdpSocket::poll_cq`], but waits up to `timeout` (`None`: no limit) for at
     /// least one completion, making progress inline meanwhile. `Ok(0)` on timeout; `EINTR`
-    /// if a signal arrived first.
+    /// if a signal arrived first; `EPIPE` once the connection has ended and every completion
+    /// was taken.
     pub fn wait_cq(&self, out: &mut [Wc], timeout: Option<Duration>) -> Result<usize, Errno> {
         let sh = self.sh();
         if sh.in_child() {
@@ -763,6 +785,9 @@ impl DdpSocket {
             let n = sh.poll_cq(out);
             if n > 0 {
                 return Ok(n);
+            }
+            if ended(g.st()) {
+                return Err(Errno::EPIPE);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(0);

@@ -236,6 +236,8 @@ pub struct ConnInfo {
     pub term_ecode: u8,
     /// 1 = we sent it, 2 = we received it, 0 = none.
     pub term_sent: u8,
+    /// Zero (explicit padding, as in the header).
+    pub reserved0: u32,
     /// Payload bytes sent (Sends and Writes, stream data included).
     pub bytes_tx: u64,
     /// Payload bytes received (placed or delivered).
@@ -272,6 +274,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<Wc>(), 32);
         assert_eq!(core::mem::size_of::<ConnInfo>(), 104);
         assert_eq!(core::mem::offset_of!(ConnInfo, term_layer), 24);
+        assert_eq!(core::mem::offset_of!(ConnInfo, reserved0), 28);
         assert_eq!(core::mem::offset_of!(ConnInfo, bytes_tx), 32);
         assert_eq!(core::mem::offset_of!(ConnInfo, placed_direct), 64);
     }

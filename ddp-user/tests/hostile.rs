@@ -1,0 +1,863 @@
+//! The hostile-peer matrix (issue 6): a raw-TCP peer attacks a DDP listener and a DDP
+//! connector, one case per test, each in both roles where the role matters.
+//!
+//! Every case asserts: (1) the exact Terminate (layer, error type, code) on the wire — or, in
+//! the MPA phase, the documented answer (no Reply / a Reply with R=1 / a plain close) — or
+//! none where the RFC wants none (a lost stream); (2) the victim's connection is over
+//! (`DDP_CONN_INFO` state and term fields, `take_error`, `EPIPE` for new work, EOF) and its
+//! outstanding work completed with the documented `DDP_WC_*` status and `vendor_err`;
+//! (3) a healthy connection of the same process still transfers, and (listener role) the
+//! same listener accepts a new connection that works; (4) every buffer the engine may touch
+//! is guarded (PROT_NONE pages on both sides, a fault kills the test) and checksummed outside
+//! what valid operations may write; (5) bounded time (`common::bounded`, a 400 ms MPA
+//! timeout, 10 s read bounds in the hostile peer).
+//!
+//! The table of cases and results is in `docs/reliability.md`.
+
+// Lists of byte ranges (what a case may write) often hold one range: that is the meaning.
+#![allow(clippy::single_range_in_vec_init)]
+
+#[path = "hostile/bench.rs"]
+mod bench;
+mod common;
+#[path = "hostile/guard.rs"]
+mod guard;
+#[path = "hostile/peer.rs"]
+mod peer;
+
+use std::io::{IoSlice, IoSliceMut};
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use bench::*;
+use common::{bounded, iov, pattern, send_all};
+use ddp_proto::ddp::STag;
+use ddp_proto::mpa::markers::is_marker_start;
+use ddp_proto::mpa::startup::MpaConfig;
+use ddp_proto::wire::mpa::MpaFrameRepr;
+use ddp_proto::wire::rdmap::{Opcode, RdmapControl, RdmapHeader, RdmapMessage};
+use ddp_user::engine::cq::status;
+use ddp_user::{DdpSocket, SIGNALED};
+use guard::Watched;
+use peer::*;
+
+/// One test per role for a case: `victim_listener` (the victim accepts) and
+/// `victim_connector` (the victim connects).
+macro_rules! both_roles {
+    ($name:ident, $f:path) => {
+        mod $name {
+            use super::*;
+            #[test]
+            fn victim_listener() {
+                bounded(60, || $f(Role::Listener));
+            }
+            #[test]
+            fn victim_connector() {
+                bounded(60, || $f(Role::Connector));
+            }
+        }
+    };
+}
+
+// --------------------------------------------------------------------------------------
+// Full-operation cases: one FPDU (or a few) after a correct MPA exchange.
+
+/// What a full-operation case expects.
+struct Expect {
+    /// The Terminate the victim sends.
+    code: Code,
+    /// Status of the posted receive (wr_id 500).
+    recv_status: u32,
+    /// Bytes of the rw region the attack may (tentatively) have written.
+    rw: Vec<Range<usize>>,
+    /// Bytes of the receive buffer the attack may (tentatively) have written.
+    recv: Vec<Range<usize>>,
+}
+
+impl Expect {
+    /// A Terminate with `code`; the posted receive is flushed; nothing may be written.
+    fn flush(code: Code) -> Expect {
+        Expect {
+            code,
+            recv_status: status::FLUSH_ERR,
+            rw: vec![],
+            recv: vec![],
+        }
+    }
+}
+
+/// Runs a full-operation case: a correct exchange, the victim's guarded memory registered
+/// and one receive posted, `attack`, then every check of the module docs.
+fn fpdu_case(
+    role: Role,
+    markers: bool,
+    want: Expect,
+    attack: impl FnOnce(&mut Hostile, &VictimMem),
+) {
+    let mut opts = victim_options();
+    opts.markers = markers;
+    let bench = Bench::new(role, opts);
+    let (mut h, v) = bench.establish();
+    let mem = VictimMem::new(&v, &bench.healthy.1, want.rw.clone(), want.recv.clone());
+    mem.post_recv(500);
+    attack(&mut h, &mem);
+    // (1) the Terminate on the wire, then the close.
+    h.expect_terminate_code(want.code);
+    // (2) the victim's view.
+    let wc = wait_wcs(&v, 1);
+    assert_wc(&wc[0], 500, want.recv_status, Some(want.code));
+    assert_ended(
+        &v,
+        Ended {
+            term: Some((1, want.code)),
+            so_error: libc::ECONNRESET,
+        },
+    );
+    // (4) memory.
+    mem.assert_untouched();
+    drop(mem);
+    drop(v);
+    // (3) the rest of the process.
+    bench.finish();
+}
+
+// ---- MPA (LLP) errors in full operation
+
+fn bad_crc(role: Role) {
+    let want = Expect {
+        code: (2, 0, 2),
+        recv_status: status::FATAL_ERR,
+        rw: vec![],
+        // payload is placed before the CRC is known (documented: into the validated
+        // target only); nothing completes.
+        recv: vec![0..32],
+    };
+    fpdu_case(role, false, want, |h, _| {
+        let hb = emit(&RdmapHeader::new(
+            RdmapMessage::Send { msn: 1, mo: 0 },
+            true,
+        ));
+        let mut f = h.frame(&[&hb, &[0x5a; 32]]);
+        let n = f.len();
+        f[n - 1] ^= 0x01;
+        h.send_raw(&f);
+    });
+}
+both_roles!(bad_crc_terminates_llp_crc, super::bad_crc);
+
+fn marker_wrong_place(role: Role) {
+    let want = Expect {
+        code: (2, 0, 3),
+        recv_status: status::FLUSH_ERR,
+        // the Write's payload before the bad marker is placed tentatively
+        rw: vec![0..1200],
+        recv: vec![],
+    };
+    fpdu_case(role, true, want, |h, m| {
+        assert!(
+            h.neg.as_ref().unwrap().markers_tx,
+            "victim asked for markers"
+        );
+        let start = h.tx_position();
+        let hb = emit(&RdmapHeader::new(
+            RdmapMessage::Write {
+                sink_stag: m.rw_stag,
+                sink_to: m.rw.g.addr(),
+            },
+            true,
+        ));
+        let mut f = h.frame(&[&hb, &pattern(1200, 3)]);
+        // the second marker inside this FPDU: point it 4 bytes off
+        let at = (1..f.len())
+            .find(|&i| is_marker_start(start + i as u64))
+            .expect("a marker inside a 1200-byte FPDU");
+        let ptr = u16::from_be_bytes([f[at + 2], f[at + 3]]);
+        f[at + 2..at + 4].copy_from_slice(&ptr.wrapping_add(4).to_be_bytes());
+        fix_crc(&mut f); // only the marker is wrong
+        h.send_raw(&f);
+    });
+}
+both_roles!(marker_pointing_elsewhere, super::marker_wrong_place);
+
+fn ulpdu_len_zero(role: Role) {
+    fpdu_case(role, false, Expect::flush((2, 0, 3)), |h, _| {
+        h.send_raw(&[0, 0, 0, 0, 0, 0, 0, 0]);
+    });
+}
+both_roles!(ulpdu_length_zero, super::ulpdu_len_zero);
+
+// ---- DDP header errors
+
+fn ddp_version_untagged(role: Role) {
+    fpdu_case(role, false, Expect::flush((1, 2, 6)), |h, _| {
+        let mut d = untagged(Opcode::Send, 0, 1, 0, true);
+        d.ddp_version = 2;
+        h.send_ulpdu(&[&emit_ddp(&d), &[1; 8]]);
+    });
+}
+both_roles!(bad_ddp_version_untagged, super::ddp_version_untagged);
+
+fn ddp_version_tagged(role: Role) {
+    fpdu_case(role, false, Expect::flush((1, 1, 4)), |h, m| {
+        let mut d = tagged(Opcode::Write, m.rw_stag, m.rw.g.addr());
+        d.ddp_version = 0;
+        h.send_ulpdu(&[&emit_ddp(&d), &[1; 8]]);
+    });
+}
+both_roles!(bad_ddp_version_tagged, super::ddp_version_tagged);
+
+// ---- RDMAP header errors
+
+fn rdmap_version(role: Role) {
+    fpdu_case(role, false, Expect::flush((0, 2, 5)), |h, _| {
+        let mut d = untagged(Opcode::Send, 0, 1, 0, true);
+        d.ulp_ctrl = RdmapControl {
+            version: 2,
+            ..RdmapControl::new(Opcode::Send)
+        }
+        .to_byte();
+        h.send_ulpdu(&[&emit_ddp(&d), &[1; 8]]);
+    });
+}
+both_roles!(bad_rdmap_version, super::rdmap_version);
+
+fn unknown_opcode(role: Role) {
+    fpdu_case(role, false, Expect::flush((0, 2, 6)), |h, _| {
+        let d = untagged(Opcode::Unknown(9), 0, 1, 0, true);
+        h.send_ulpdu(&[&emit_ddp(&d), &[1; 8]]);
+    });
+}
+both_roles!(unknown_rdmap_opcode, super::unknown_opcode);
+
+// ---- tagged RDMA Write
+
+fn write_invalid_stag(role: Role) {
+    fpdu_case(role, false, Expect::flush((1, 1, 0)), |h, m| {
+        // an index no region has (the victim's own STag index, shifted far away)
+        let stag = STag::from_parts(m.rw_stag.index() ^ 0x00ab_cd00, m.rw_stag.key());
+        h.write(stag, m.rw.g.addr(), &[7; 64]);
+    });
+}
+both_roles!(write_to_invalid_stag, super::write_invalid_stag);
+
+fn write_wrong_key(role: Role) {
+    fpdu_case(role, false, Expect::flush((1, 1, 0)), |h, m| {
+        let stag = STag::from_parts(m.rw_stag.index(), m.rw_stag.key() ^ 0x5a);
+        h.write(stag, m.rw.g.addr(), &[7; 64]);
+    });
+}
+both_roles!(write_with_wrong_key, super::write_wrong_key);
+
+fn write_other_connection(role: Role) {
+    fpdu_case(role, false, Expect::flush((1, 1, 2)), |h, m| {
+        h.write(m.other_stag, m.other.g.addr(), &[7; 64]);
+    });
+}
+both_roles!(
+    write_to_other_connections_stag,
+    super::write_other_connection
+);
+
+fn write_no_remote_write(role: Role) {
+    // RFC 5041 has no access-rights code: invalid STag (siw does the same).
+    fpdu_case(role, false, Expect::flush((1, 1, 0)), |h, m| {
+        h.write(m.ro_stag, m.ro.g.addr(), &[7; 64]);
+    });
+}
+both_roles!(write_without_remote_write, super::write_no_remote_write);
+
+fn write_past_end(role: Role) {
+    fpdu_case(role, false, Expect::flush((1, 1, 1)), |h, m| {
+        // 16 bytes fit, the 17th is the first byte of the guard page
+        h.write(m.rw_stag, m.rw.g.addr() + (RW_LEN - 16) as u64, &[7; 17]);
+    });
+}
+both_roles!(write_one_byte_past_the_end, super::write_past_end);
+
+fn write_before_start(role: Role) {
+    fpdu_case(role, false, Expect::flush((1, 1, 1)), |h, m| {
+        h.write(m.rw_stag, m.rw.g.addr() - 1, &[7; 16]);
+    });
+}
+both_roles!(write_one_byte_before_the_start, super::write_before_start);
+
+fn write_to_wrap(role: Role) {
+    fpdu_case(role, false, Expect::flush((1, 1, 3)), |h, m| {
+        h.write(m.rw_stag, u64::MAX - 7, &[7; 32]);
+    });
+}
+both_roles!(write_with_wrapping_to, super::write_to_wrap);
+
+// ---- untagged (Send)
+
+fn send_bad_qn(role: Role) {
+    fpdu_case(role, false, Expect::flush((1, 2, 1)), |h, _| {
+        let d = untagged(Opcode::Send, 5, 1, 0, true);
+        h.send_ulpdu(&[&emit_ddp(&d), &[1; 8]]);
+    });
+}
+both_roles!(send_with_bad_qn, super::send_bad_qn);
+
+fn send_msn_out_of_window(role: Role) {
+    fpdu_case(role, false, Expect::flush((1, 2, 3)), |h, _| {
+        let d = untagged(Opcode::Send, 0, 7, 0, true);
+        h.send_ulpdu(&[&emit_ddp(&d), &[1; 8]]);
+    });
+}
+both_roles!(send_msn_out_of_window, super::send_msn_out_of_window);
+
+fn send_mo_past_buffer(role: Role) {
+    fpdu_case(role, false, Expect::flush((1, 2, 4)), |h, _| {
+        // first segment of MSN 1 claiming offset 4096 into a 256-byte receive
+        let d = untagged(Opcode::Send, 0, 1, 4096, true);
+        h.send_ulpdu(&[&emit_ddp(&d), &[1; 8]]);
+    });
+}
+both_roles!(send_mo_past_posted_buffer, super::send_mo_past_buffer);
+
+fn send_too_long(role: Role) {
+    let want = Expect {
+        code: (1, 2, 5),
+        recv_status: status::LOC_LEN_ERR,
+        rw: vec![],
+        recv: vec![0..200], // the first segment fits and is placed
+    };
+    fpdu_case(role, false, want, |h, _| {
+        let d1 = untagged(Opcode::Send, 0, 1, 0, false);
+        h.send_ulpdu(&[&emit_ddp(&d1), &[1; 200]]);
+        let d2 = untagged(Opcode::Send, 0, 1, 200, true);
+        h.send_ulpdu(&[&emit_ddp(&d2), &[2; 100]]);
+    });
+}
+both_roles!(send_longer_than_posted_buffer, super::send_too_long);
+
+/// A Send with no posted receive, on a socket that posts receives: the first Send takes the
+/// one posted receive, the second finds none.
+fn send_without_recv(role: Role) {
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    let mem = VictimMem::new(&v, &bench.healthy.1, vec![], vec![0..32]);
+    mem.post_recv(500);
+    h.send(&[0x33; 32]);
+    h.send(&[0x44; 32]);
+    let code = (1, 2, 2);
+    h.expect_terminate_code(code);
+    let wc = wait_wcs(&v, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status, wc[0].byte_len), (500, 0, 32));
+    assert_eq!(&mem.recv.g.snapshot()[..32], &[0x33; 32]);
+    assert_ended(
+        &v,
+        Ended {
+            term: Some((1, code)),
+            so_error: libc::ECONNRESET,
+        },
+    );
+    mem.assert_untouched();
+    drop((mem, v));
+    bench.finish();
+}
+both_roles!(send_with_no_posted_receive, super::send_without_recv);
+
+// ---- RDMA Read Request (source checks are RDMAP remote protection errors)
+
+fn rr_bad_source_stag(role: Role) {
+    fpdu_case(role, false, Expect::flush((0, 1, 0)), |h, m| {
+        let s = STag::from_parts(m.rw_stag.index(), m.rw_stag.key() ^ 0x11);
+        h.read_request(s, m.rw.g.addr(), 64, 0);
+    });
+}
+both_roles!(read_request_bad_source_stag, super::rr_bad_source_stag);
+
+fn rr_no_remote_read(role: Role) {
+    fpdu_case(role, false, Expect::flush((0, 1, 2)), |h, m| {
+        h.read_request(m.wo_stag, m.wo.g.addr(), 64, 0);
+    });
+}
+both_roles!(read_request_without_remote_read, super::rr_no_remote_read);
+
+fn rr_past_end(role: Role) {
+    fpdu_case(role, false, Expect::flush((0, 1, 1)), |h, m| {
+        h.read_request(m.rw_stag, m.rw.g.addr() + (RW_LEN - 100) as u64, 101, 0);
+    });
+}
+both_roles!(read_request_past_the_end, super::rr_past_end);
+
+fn rr_other_connection(role: Role) {
+    fpdu_case(role, false, Expect::flush((0, 1, 3)), |h, m| {
+        h.read_request(m.other_stag, m.other.g.addr(), 64, 0);
+    });
+}
+both_roles!(
+    read_request_other_connections_stag,
+    super::rr_other_connection
+);
+
+fn rr_to_wrap(role: Role) {
+    fpdu_case(role, false, Expect::flush((0, 1, 4)), |h, m| {
+        h.read_request(m.rw_stag, u64::MAX - 10, 64, 0);
+    });
+}
+both_roles!(read_request_wrapping_to, super::rr_to_wrap);
+
+fn rresp_unsolicited(role: Role) {
+    fpdu_case(role, false, Expect::flush((0, 2, 6)), |h, _| {
+        let hdr = RdmapHeader::new(
+            RdmapMessage::ReadResponse {
+                sink_stag: STag(1),
+                sink_to: 0,
+            },
+            true,
+        );
+        h.send_msg(&hdr, &[9; 16]);
+    });
+}
+both_roles!(read_response_without_read, super::rresp_unsolicited);
+
+// ---- Read Request floods
+
+const FLOOD_LEN: usize = 1 << 20;
+
+/// More Read Requests than IRD in one burst: the first IRD are accepted, the next one is
+/// the IRD Terminate (RDMAP remote operation error, catastrophic for the stream).
+fn rr_flood_over_ird(role: Role) {
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    let ird = v.info().unwrap().ird;
+    assert_eq!(ird, 16);
+    let region = Watched::new(FLOOD_LEN, 77, vec![]);
+    // SAFETY: deregistered below before `region` is dropped.
+    let stag = unsafe { v.reg_mr(region.g.ptr(), FLOOD_LEN, REMOTE_READ) }.unwrap();
+    let mut burst = Vec::new();
+    for i in 0..(ird + 4) {
+        // 1 MiB each: far more than the socket buffers hold, so none is retired meanwhile
+        burst.extend(h.read_request_fpdu(stag, region.g.addr(), FLOOD_LEN as u32, u64::from(i)));
+    }
+    h.send_raw(&burst);
+    let (t, skipped) = h.expect_terminate();
+    assert_eq!(code_of(&t), (0, 2, 7), "IRD overflow Terminate: {t:?}");
+    let rr = t
+        .rdmap_header
+        .expect("the Read Request header is copied (R)");
+    assert_eq!(
+        rr.sink_to,
+        u64::from(ird),
+        "the request past IRD is reported"
+    );
+    h.expect_close();
+    eprintln!("{skipped} Read Response FPDUs came before the Terminate");
+    assert_ended(
+        &v,
+        Ended {
+            term: Some((1, (0, 2, 7))),
+            so_error: libc::ECONNRESET,
+        },
+    );
+    v.dereg_mr(stag).unwrap();
+    region.assert_untouched("flooded region");
+    drop(v);
+    bench.finish();
+}
+both_roles!(read_request_flood_over_ird, super::rr_flood_over_ird);
+
+/// A legal flood, repeated: IRD Read Requests in one burst, all served with the right bytes,
+/// 20 times over; memory and connection stay sound.
+fn rr_flood_within_ird(role: Role) {
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    let ird = v.info().unwrap().ird;
+    let region = Watched::new(FLOOD_LEN, 78, vec![]);
+    let content = region.g.snapshot();
+    // SAFETY: deregistered below before `region` is dropped.
+    let stag = unsafe { v.reg_mr(region.g.ptr(), FLOOD_LEN, REMOTE_READ) }.unwrap();
+    const SIZE: usize = 48 * 1024;
+    for round in 0..20u64 {
+        let mut burst = Vec::new();
+        let mut offs = Vec::new();
+        for i in 0..u64::from(ird) {
+            let off = ((round * 7919 + i * 65_537) % (FLOOD_LEN - SIZE) as u64) as usize;
+            offs.push(off);
+            burst.extend(h.read_request_fpdu(
+                stag,
+                region.g.addr() + off as u64,
+                SIZE as u32,
+                i << 32,
+            ));
+        }
+        h.send_raw(&burst);
+        for (i, off) in offs.iter().enumerate() {
+            let mut got = Vec::new();
+            loop {
+                let Next::Ulpdu(u) = h.next() else {
+                    panic!("victim closed during a legal flood")
+                };
+                let (hdr, n) = RdmapHeader::parse(&u).unwrap();
+                let RdmapMessage::ReadResponse { sink_stag, sink_to } = hdr.message() else {
+                    panic!("expected a Read Response, got {:?}", hdr.message());
+                };
+                assert_eq!(sink_stag, STag(0x0000_7701));
+                assert_eq!(sink_to, ((i as u64) << 32) + got.len() as u64);
+                got.extend_from_slice(&u[n..]);
+                if hdr.last() {
+                    break;
+                }
+            }
+            assert!(got == content[*off..*off + SIZE], "round {round} read {i}");
+        }
+        assert_eq!(v.info().unwrap().state, 2, "still RTS after round {round}");
+    }
+    v.dereg_mr(stag).unwrap();
+    region.assert_untouched("read-only flooded region");
+    // The connection is still good for a Send the other way.
+    let note = Watched::new(64, 79, vec![0..4]);
+    // SAFETY: `note` outlives the completion taken below.
+    unsafe { v.post_recv(1, &[note.g.iov(0..64)]) }.unwrap();
+    h.send(b"done");
+    let wc = wait_wcs(&v, 1);
+    assert_eq!((wc[0].status, wc[0].byte_len), (0, 4));
+    note.assert_untouched("receive buffer");
+    drop(v);
+    bench.finish();
+}
+both_roles!(read_request_flood_within_ird, super::rr_flood_within_ird);
+
+// ---- the peer's Terminate, lost streams
+
+/// A Terminate from the peer: no Terminate back, the stream closes, the victim's read in
+/// flight completes with REM_ACCESS_ERR (the code is a protection error), other work is
+/// flushed, both carrying the received code.
+fn peer_terminate(role: Role) {
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    let mem = VictimMem::new(&v, &bench.healthy.1, vec![], vec![]);
+    mem.post_recv(500);
+    let sink = Watched::new(64, 90, vec![]);
+    // SAFETY: `sink` outlives the completion taken below.
+    unsafe {
+        v.post_read(
+            600,
+            &[sink.g.iov(0..64)],
+            STag(0x0012_3400),
+            0x1000,
+            SIGNALED,
+        )
+    }
+    .unwrap();
+    let Next::Ulpdu(u) = h.next() else {
+        panic!("no Read Request from the victim")
+    };
+    let (rr, _) = RdmapHeader::parse(&u).unwrap();
+    assert!(matches!(rr.message(), RdmapMessage::ReadRequest { .. }));
+    let code = (0, 1, 0); // RDMAP remote protection error, invalid STag
+    h.terminate(code);
+    h.expect_silent_close();
+    let wcs = wait_wcs(&v, 2);
+    let recv = wcs
+        .iter()
+        .find(|w| w.wr_id == 500)
+        .expect("receive flushed");
+    let read = wcs.iter().find(|w| w.wr_id == 600).expect("read completed");
+    assert_wc(recv, 500, status::FLUSH_ERR, Some(code));
+    assert_wc(read, 600, status::REM_ACCESS_ERR, Some(code));
+    assert_ended(
+        &v,
+        Ended {
+            term: Some((2, code)),
+            so_error: libc::ECONNRESET,
+        },
+    );
+    mem.assert_untouched();
+    sink.assert_untouched("read sink");
+    drop((mem, v));
+    bench.finish();
+}
+both_roles!(terminate_from_the_peer, super::peer_terminate);
+
+/// Half an FPDU, then the end of the stream (`rst`: an RST, else a FIN): a lost stream, no
+/// Terminate (RFC 5044 §8: "TCP stream lost" is reported locally only).
+fn lost_mid_fpdu(role: Role, rst: bool) {
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    let mem = VictimMem::new(&v, &bench.healthy.1, vec![], vec![0..200]);
+    mem.post_recv(500);
+    let hb = emit(&RdmapHeader::new(
+        RdmapMessage::Send { msn: 1, mo: 0 },
+        true,
+    ));
+    let f = h.frame(&[&hb, &[0x21; 200]]);
+    h.send_raw(&f[..f.len() / 2]);
+    if rst {
+        h.reset();
+    } else {
+        h.s.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_eq!(h.expect_silent_close(), Close::Fin, "no Terminate, a FIN");
+    }
+    let wc = wait_wcs(&v, 1);
+    // the receive in progress ends with the local "stream lost" code; no Terminate was sent
+    assert_wc(&wc[0], 500, status::FATAL_ERR, Some((2, 0, 1)));
+    assert_ended(
+        &v,
+        Ended {
+            term: None,
+            so_error: libc::ECONNRESET,
+        },
+    );
+    mem.assert_untouched();
+    drop((mem, v));
+    bench.finish();
+}
+
+fn truncated_then_close(role: Role) {
+    lost_mid_fpdu(role, false);
+}
+both_roles!(truncated_fpdu_then_close, super::truncated_then_close);
+
+fn rst_mid_fpdu(role: Role) {
+    lost_mid_fpdu(role, true);
+}
+both_roles!(rst_in_the_middle_of_an_fpdu, super::rst_mid_fpdu);
+
+/// Garbage right behind the peer's MPA frame (where its first FPDU would be): the MPA
+/// exchange succeeds and the garbage is the first FPDU — a CRC error.
+fn garbage_after_frame(role: Role) {
+    let bench = Bench::default(role);
+    let (mut h, t) = bench.start();
+    let garbage: Vec<u8> = b"garbage after the MPA frame! "
+        .iter()
+        .copied()
+        .cycle()
+        .take(70_000)
+        .collect();
+    match role {
+        Role::Listener => h.initiate_with_extra(fair_config(), &garbage),
+        Role::Connector => h.respond_with_extra(fair_config(), &garbage),
+    };
+    let v = t.join().unwrap().expect("the MPA frame itself was valid");
+    // "ga" = ULPDU length 0x6761; its CRC cannot match
+    h.expect_terminate_code((2, 0, 2));
+    assert_ended(
+        &v,
+        Ended {
+            term: Some((1, (2, 0, 2))),
+            so_error: libc::ECONNRESET,
+        },
+    );
+    drop(v);
+    bench.finish();
+}
+both_roles!(garbage_after_the_mpa_frame, super::garbage_after_frame);
+
+/// A ULPDU longer than the victim's own MULPDU (up to 65535): RFC 5044 bounds what a sender
+/// sends, not what a receiver takes; exsock accepts any ULPDU_LENGTH up to 65535 (exsock
+/// peers send large FPDUs to each other). No Terminate: the Send is delivered intact.
+fn ulpdu_over_mulpdu(role: Role) {
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    let mulpdu = v.info().unwrap().mulpdu as usize;
+    const ULPDU: usize = 65535;
+    assert!(mulpdu < ULPDU, "MULPDU {mulpdu}");
+    let payload = pattern(ULPDU - 18, 5);
+    let buf = Watched::new(64 * 1024, 91, vec![0..payload.len()]);
+    // SAFETY: `buf` outlives the completion taken below.
+    unsafe { v.post_recv(1, &[buf.g.iov(0..64 * 1024)]) }.unwrap();
+    h.send(&payload);
+    let wc = wait_wcs(&v, 1);
+    assert_eq!((wc[0].status, wc[0].byte_len as usize), (0, payload.len()));
+    assert!(buf.g.snapshot()[..payload.len()] == payload[..]);
+    buf.assert_untouched("receive buffer");
+    assert_eq!(v.info().unwrap().state, 2, "still RTS");
+    drop(v);
+    bench.finish();
+}
+both_roles!(ulpdu_length_over_mulpdu, super::ulpdu_over_mulpdu);
+
+// --------------------------------------------------------------------------------------
+// MPA-phase cases.
+
+/// The victim's blocking `accept`/`connect` must fail with `errno`, after `bound` at most.
+fn victim_fails(t: std::thread::JoinHandle<Result<DdpSocket, ddp_user::Errno>>, errno: i32) {
+    match t.join().unwrap() {
+        Ok(_) => panic!("the victim completed MPA with a broken peer"),
+        Err(e) => assert_eq!(e.0, errno, "errno of the failed MPA exchange: {e}"),
+    }
+}
+
+/// The hostile peer's frame (Request or Reply) for its role, broken by `f`; returns what the
+/// hostile peer read back until the close.
+fn broken_frame(
+    bench: &Bench,
+    prefix: &[u8],
+    f: impl FnOnce(&mut Vec<u8>),
+) -> (
+    Vec<u8>,
+    std::thread::JoinHandle<Result<DdpSocket, ddp_user::Errno>>,
+) {
+    let (mut h, t) = bench.start();
+    let mut frame = match bench.role {
+        Role::Listener => Hostile::request_for(fair_config()),
+        Role::Connector => {
+            let req = h.read_mpa_request();
+            Hostile::reply_for(&req, fair_config())
+        }
+    };
+    f(&mut frame);
+    let mut out = prefix.to_vec();
+    out.extend_from_slice(&frame);
+    h.send_raw(&out);
+    let (back, _close) = h.read_to_close();
+    (back, t)
+}
+
+fn mpa_wrong_key(role: Role) {
+    let bench = Bench::default(role);
+    let (back, t) = broken_frame(&bench, b"", |f| f[15] = b'X');
+    // RFC 5044 §7.1.2: a bad Request is not answered, the responder closes; an initiator
+    // cannot frame a Terminate for a Reply it could not parse: it closes too.
+    assert!(back.is_empty(), "nothing sent back: {back:?}");
+    victim_fails(t, libc::EPROTO);
+    bench.finish();
+}
+both_roles!(mpa_wrong_key, super::mpa_wrong_key);
+
+fn mpa_unknown_revision(role: Role) {
+    let bench = Bench::default(role);
+    let (back, t) = broken_frame(&bench, b"", |f| f[17] = 3);
+    match role {
+        Role::Listener => {
+            // a Reply with R=1 carrying the revision we speak, then the close
+            let r = MpaFrameRepr::parse_bytes(&back).expect("a reject Reply");
+            assert!(
+                r.reject && r.revision == 2 && r.private_data.is_empty(),
+                "{r:?}"
+            );
+            assert_eq!(back.len(), r.buffer_len(), "nothing after the reject");
+        }
+        Role::Connector => assert!(back.is_empty(), "no Terminate for an unparsable Reply"),
+    }
+    victim_fails(t, libc::EPROTO);
+    bench.finish();
+}
+both_roles!(mpa_unknown_revision, super::mpa_unknown_revision);
+
+fn mpa_private_data_over_512(role: Role) {
+    let bench = Bench::default(role);
+    let (back, t) = broken_frame(&bench, b"", |f| {
+        f[18..20].copy_from_slice(&513u16.to_be_bytes());
+        f.truncate(20);
+        f.extend_from_slice(&[0xee; 513]);
+    });
+    assert!(back.is_empty(), "nothing sent back: {back:?}");
+    victim_fails(t, libc::EPROTO);
+    bench.finish();
+}
+both_roles!(mpa_private_data_over_512, super::mpa_private_data_over_512);
+
+fn mpa_garbage_before(role: Role) {
+    let bench = Bench::default(role);
+    let (back, t) = broken_frame(&bench, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", |_| {});
+    assert!(back.is_empty(), "nothing sent back: {back:?}");
+    victim_fails(t, libc::EPROTO);
+    bench.finish();
+}
+both_roles!(mpa_garbage_before_the_frame, super::mpa_garbage_before);
+
+/// The peer asks for markers on what it receives (M=1). exsock always can insert markers
+/// (`allow_markers_tx`), so this is accepted, not refused (siw would reject): the test checks
+/// the victim then really sends correct markers (the hostile deframer verifies each).
+fn mpa_markers_requested(role: Role) {
+    let bench = Bench::default(role);
+    let cfg = MpaConfig {
+        markers_rx: true,
+        ..fair_config()
+    };
+    let (mut h, v) = bench.establish_with(cfg);
+    let i = v.info().unwrap();
+    assert_eq!((i.markers_tx, i.markers_rx), (1, 0));
+    let data = pattern(5000, 6);
+    send_all(&v, &data);
+    let mut got = Vec::new();
+    while got.len() < data.len() {
+        let Next::Ulpdu(u) = h.next() else {
+            panic!("closed")
+        };
+        let (hdr, n) = RdmapHeader::parse(&u).unwrap();
+        assert!(matches!(hdr.message(), RdmapMessage::Send { .. }));
+        got.extend_from_slice(&u[n..]);
+    }
+    assert!(got == data);
+    drop(v);
+    bench.finish();
+}
+both_roles!(mpa_markers_requested, super::mpa_markers_requested);
+
+/// The MPA frame never completes (a slow peer): the blocking exchange fails with ETIMEDOUT
+/// by the MPA timeout; nothing is sent back.
+fn mpa_slow_peer(role: Role) {
+    let bench = Bench::default(role);
+    let started = Instant::now();
+    let (mut h, t) = bench.start();
+    match role {
+        Role::Listener => h.send_raw(&Hostile::request_for(fair_config())[..10]),
+        Role::Connector => {
+            let req = h.read_mpa_request();
+            h.send_raw(&Hostile::reply_for(&req, fair_config())[..10]);
+        }
+    }
+    victim_fails(t, libc::ETIMEDOUT);
+    let took = started.elapsed();
+    assert!(
+        took >= bench.opts.mpa_timeout && took < bench.opts.mpa_timeout + Duration::from_secs(2),
+        "ended after {took:?}"
+    );
+    let (back, _) = h.read_to_close();
+    assert!(back.is_empty(), "nothing sent back: {back:?}");
+    bench.finish();
+}
+both_roles!(mpa_never_completed, super::mpa_slow_peer);
+
+/// A slow peer on a non-blocking accept does not hold up the listener: while it stalls, a
+/// new connection on the same listener completes and works; the stalled one then fails
+/// with ETIMEDOUT (SO_ERROR) and EOF on its fd.
+#[test]
+fn mpa_slow_peer_does_not_block_the_listener() {
+    bounded(60, || {
+        let mut opts = victim_options();
+        opts.mpa_timeout = Duration::from_millis(1500);
+        let bench = Bench::new(Role::Listener, opts);
+        let (mut h, t) = bench.start_with(true);
+        h.send_raw(&Hostile::request_for(fair_config())[..10]);
+        let slow = t
+            .join()
+            .unwrap()
+            .expect("non-blocking accept returns at once");
+        assert_eq!(slow.info().unwrap().state, 1, "still connecting");
+        let started = Instant::now();
+        bench.finish(); // a new accept on the same listener works meanwhile
+        assert!(started.elapsed() < Duration::from_millis(1500));
+        let mut p = libc::pollfd {
+            fd: slow.app_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        assert_eq!(
+            unsafe { libc::poll(&mut p, 1, 5000) },
+            1,
+            "EOF after the timeout"
+        );
+        assert_eq!(slow.take_error(), libc::ETIMEDOUT);
+        let mut b = [0u8; 4];
+        assert_eq!(slow.recv(&mut [IoSliceMut::new(&mut b)], 0).unwrap(), 0);
+        assert_eq!(
+            slow.send(&[IoSlice::new(b"x")], 0).unwrap_err().0,
+            libc::EPIPE
+        );
+        let (back, _) = h.read_to_close();
+        assert!(back.is_empty());
+    });
+}
+
+// keep `iov` in use for helpers shared with other test binaries
+#[allow(dead_code)]
+fn _uses(b: &[u8]) -> libc::iovec {
+    iov(b)
+}

@@ -1,0 +1,260 @@
+//! What a DDP fd's slot in the fd table points to: an [`Entry`], reference-counted without a
+//! lock, so the data path of a DDP socket takes no lock of ours.
+//!
+//! An entry holds a [`Payload`]: the pending DDP state of a TCP socket before its MPA exchange
+//! ([`Pending`]: options, DDP_MODE, listening, known role), or a connected DDP socket
+//! ([`Conn`]). It carries two counts:
+//! - `fds`: how many fd-table slots refer to it (dups counted). When the last one goes, a
+//!   connected socket is closed ([`DdpSocket::close`]) even if a call on another thread still
+//!   uses it (that call then sees the end of the stream: close from another thread is bounded);
+//! - `refs`: slots plus calls in flight. The payload is dropped when it reaches zero.
+//!
+//! The slot value ([`Handle`]) is the entry's address with a 16-bit generation in the top
+//! bits. Entries are never freed, only recycled (a free list), so a thread that loaded a slot
+//! just before another thread closed the fd can still touch the entry safely: it increments
+//! `refs` only if it is not zero, then checks the generation; a recycled entry fails the check
+//! and the call reports `EBADF` (it raced with the close of its own fd).
+
+use core::cell::UnsafeCell;
+use core::num::NonZeroU64;
+use core::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use ddp_user::{DdpSocket, Options};
+use libc::c_int;
+
+use crate::fdtable::{self, Handle};
+
+/// The role a plain socket had in setting up its TCP connection (who initiates MPA when it is
+/// switched to DDP mode in place).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// It called `connect`.
+    Initiator,
+    /// It came from `accept`.
+    Responder,
+}
+
+/// A TCP socket with DDP options, before its MPA exchange (or a listener).
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// The options (`DDP_CRC`, `DDP_MARKERS`, ...).
+    pub opts: Options,
+    /// `DDP_MODE`.
+    pub mode: bool,
+    /// `listen` was called: accepted sockets inherit `opts` and `mode`.
+    pub listening: bool,
+    /// How its TCP connection was set up, when we saw it.
+    pub role: Option<Role>,
+}
+
+impl Pending {
+    /// A TCP socket with default options, DDP mode off.
+    pub fn new(role: Option<Role>) -> Pending {
+        Pending {
+            opts: Options::default(),
+            mode: false,
+            listening: false,
+            role,
+        }
+    }
+}
+
+/// A connected (or connecting, for non-blocking sockets) DDP socket.
+#[derive(Debug)]
+pub struct Conn {
+    /// The engine's socket.
+    pub sock: DdpSocket,
+    /// The options it was set up with (what `getsockopt(SOL_DDP, ...)` reports).
+    pub opts: Options,
+}
+
+/// What an entry holds.
+#[derive(Debug)]
+pub enum Payload {
+    /// Before the MPA exchange.
+    Pending(Mutex<Pending>),
+    /// After it.
+    Socket(Conn),
+}
+
+/// One entry (see the module docs).
+#[repr(align(16))]
+pub struct Entry {
+    refs: AtomicU32,
+    fds: AtomicU32,
+    generation: AtomicU32,
+    payload: UnsafeCell<Option<Payload>>,
+}
+
+// SAFETY: `payload` is written only while `refs` is 0 (the entry is private to the thread that
+// allocates or frees it); while `refs` > 0 it is only read, and `Payload` is Sync.
+unsafe impl Sync for Entry {}
+
+static FREE: Mutex<Vec<&'static Entry>> = Mutex::new(Vec::new());
+
+const GEN_SHIFT: u32 = 48;
+const ADDR_MASK: u64 = (1 << GEN_SHIFT) - 1;
+
+fn free_list() -> MutexGuard<'static, Vec<&'static Entry>> {
+    FREE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A counted reference to a live entry.
+pub struct Ref {
+    e: &'static Entry,
+}
+
+impl Ref {
+    /// Allocates an entry holding `p` (one reference, no slot yet). `None` only if the entry's
+    /// address does not fit a handle (never on x86-64 / aarch64 user space).
+    pub fn new(p: Payload) -> Option<Ref> {
+        let e = free_list()
+            .pop()
+            .unwrap_or_else(|| Box::leak(Box::new(Entry::empty())));
+        if (e as *const Entry as u64) & !ADDR_MASK != 0 {
+            return None;
+        }
+        // SAFETY: refs is 0: nobody else reads or writes the payload.
+        unsafe { *e.payload.get() = Some(p) };
+        e.fds.store(0, Ordering::Relaxed);
+        e.refs.store(1, Ordering::Release);
+        Some(Ref { e })
+    }
+
+    /// The payload (present while a reference is held).
+    pub fn payload(&self) -> &Payload {
+        // SAFETY: refs > 0 while `self` lives, so the payload is set and not written.
+        unsafe { (*self.e.payload.get()).as_ref() }.expect("a referenced entry has a payload")
+    }
+
+    /// The connected socket, if this is one.
+    pub fn conn(&self) -> Option<&Conn> {
+        match self.payload() {
+            Payload::Socket(c) => Some(c),
+            Payload::Pending(_) => None,
+        }
+    }
+
+    /// The pending state, if this is a socket before its MPA exchange.
+    pub fn pending(&self) -> Option<MutexGuard<'_, Pending>> {
+        match self.payload() {
+            Payload::Pending(m) => Some(m.lock().unwrap_or_else(|p| p.into_inner())),
+            Payload::Socket(_) => None,
+        }
+    }
+
+    fn handle(&self) -> Handle {
+        let generation = u64::from(self.e.generation.load(Ordering::Acquire) & 0xffff);
+        let addr = self.e as *const Entry as u64;
+        Handle(NonZeroU64::new(generation << GEN_SHIFT | addr).expect("entry address"))
+    }
+
+    /// The entry a slot refers to, with a new reference; `None` if the handle is not an entry
+    /// (the tracked mark) or the entry was closed and recycled meanwhile.
+    pub fn from_handle(h: Handle) -> Option<Ref> {
+        let v = h.0.get();
+        if v & 0xf != 0 {
+            return None;
+        }
+        let p = (v & ADDR_MASK) as *const Entry;
+        // SAFETY: handles with a zero low nibble are only ever made from entry addresses, and
+        // entries are never freed (only recycled), so `p` points to an `Entry`.
+        let e = unsafe { &*p };
+        let mut cur = e.refs.load(Ordering::Relaxed);
+        loop {
+            if cur == 0 {
+                return None;
+            }
+            match e
+                .refs
+                .compare_exchange_weak(cur, cur + 1, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        let r = Ref { e };
+        if u64::from(e.generation.load(Ordering::Acquire) & 0xffff) != v >> GEN_SHIFT {
+            return None; // recycled: `r` is dropped, giving the reference back
+        }
+        Some(r)
+    }
+
+    /// The entry `fd` refers to (a new reference), if any.
+    pub fn of_fd(fd: c_int) -> Option<Ref> {
+        fdtable::lookup(fd).and_then(Ref::from_handle)
+    }
+
+    /// Makes slot `fd` refer to this entry (one more fd and one more reference); whatever the
+    /// slot held before is released ([`release`]).
+    pub fn attach(&self, fd: c_int) {
+        self.e.fds.fetch_add(1, Ordering::AcqRel);
+        core::mem::forget(self.clone());
+        match fdtable::replace(fd, self.handle()) {
+            Some(prev) if prev == self.handle() => {
+                // The slot already referred to us: undo the double count.
+                self.e.fds.fetch_sub(1, Ordering::AcqRel);
+                drop(Ref { e: self.e });
+            }
+            Some(prev) => release(prev),
+            None => {}
+        }
+    }
+}
+
+impl Clone for Ref {
+    fn clone(&self) -> Ref {
+        self.e.refs.fetch_add(1, Ordering::Relaxed);
+        Ref { e: self.e }
+    }
+}
+
+impl Drop for Ref {
+    fn drop(&mut self) {
+        if self.e.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        // SAFETY: refs reached 0: no reference is left and none can be taken (increments
+        // only happen from non-zero), so this thread owns the payload.
+        let p = unsafe { (*self.e.payload.get()).take() };
+        self.e.generation.fetch_add(1, Ordering::AcqRel);
+        free_list().push(self.e);
+        drop(p); // may close a socket: outside of the free-list lock
+    }
+}
+
+impl Entry {
+    const fn empty() -> Entry {
+        Entry {
+            refs: AtomicU32::new(0),
+            fds: AtomicU32::new(0),
+            generation: AtomicU32::new(0),
+            payload: UnsafeCell::new(None),
+        }
+    }
+}
+
+/// Releases the slot reference `h` held (after the slot was cleared or overwritten): one fd
+/// fewer; the last fd of a connected socket closes it.
+pub fn release(h: Handle) {
+    let v = h.0.get();
+    if v & 0xf != 0 {
+        return; // the tracked mark: nothing counted
+    }
+    // SAFETY: as in `from_handle`; and the slot we took `h` from owned one reference, so the
+    // entry is live and of this generation.
+    let e: &'static Entry = unsafe { &*((v & ADDR_MASK) as *const Entry) };
+    let r = Ref { e }; // adopts the slot's reference
+    if e.fds.fetch_sub(1, Ordering::AcqRel) == 1
+        && let Some(c) = r.conn()
+    {
+        crate::log::debug!("ddp: last fd of {:?} closed", c.sock);
+        c.sock.close();
+    }
+}
+
+/// The number of fds referring to the entry (for the log).
+pub fn fd_count(r: &Ref) -> u32 {
+    r.e.fds.load(Ordering::Acquire)
+}

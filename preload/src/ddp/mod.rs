@@ -1,0 +1,450 @@
+//! DDP mode: sockets switched with `setsockopt(fd, SOL_DDP, DDP_MODE, 1)` are routed into the
+//! engine of `ddp-user` (docs/engine.md). This module holds no protocol logic: it keeps the
+//! per-fd DDP state ([`entry`]), runs the TCP part of connect/accept, hands the socket to
+//! [`DdpSocket::connect`]/[`DdpSocket::accept`] and installs the engine's socketpair end under
+//! the application's fd number.
+//!
+//! - [`entry`]: the lock-free, reference-counted per-fd state.
+//! - [`opts`]: `setsockopt`/`getsockopt` at level `SOL_DDP`.
+//! - [`io`]: the data calls on connected DDP sockets.
+//! - [`api`]: the exported extension API (`ddp_reg_mr`, `ddp_post_*`, `ddp_poll`, ...).
+//!
+//! ## Choices (where the header leaves room)
+//!
+//! - **Connect.** Blocking socket: TCP connect, then the MPA exchange inline (bounded by
+//!   `DDP_MPA_TIMEOUT_MS`); its errors are connect's: `ECONNREFUSED` (MPA Reply with the
+//!   Reject flag), `ETIMEDOUT` (no or incomplete MPA Reply in time), `ECONNRESET` (the peer
+//!   closed or reset the TCP connection during the exchange — what a peer that does not
+//!   speak MPA usually does), `EPROTO` (bytes that are not a valid MPA Reply: the peer is not
+//!   iWARP), `EINVAL` (options that cannot be carried, e.g. `DDP_P2P` with revision 1). After a
+//!   failed exchange the TCP connection is closed. Non-blocking socket: `EINPROGRESS` as usual;
+//!   the fd is the engine's socketpair from then on (writable at once, writes queued), the
+//!   exchange runs on the progress thread; its failure shows as `SO_ERROR` and EOF;
+//!   `DDP_CONN_INFO.state` says when it is done (`DDP_STATE_RTS`). A later `connect` says
+//!   `EALREADY` while connecting, `EISCONN` after.
+//! - **Accept.** Blocking listener: the MPA exchange runs inline; an exchange that fails
+//!   closes that connection and accept reports `ECONNABORTED` (programs retry it, as for
+//!   any connection reset before accept). Non-blocking listener: the socket is returned at
+//!   once, the exchange runs on the progress thread. `SOCK_NONBLOCK`/`SOCK_CLOEXEC` of
+//!   accept4 apply to the returned fd as usual.
+//! - **Switch in place** (`DDP_MODE` = 1 on a connected plain socket): the side that called
+//!   `connect` initiates. When we did not see how the connection was made (the socket was
+//!   never marked before), a socket whose local port has a TCP listener (in
+//!   `/proc/net/tcp{,6}`) is taken as the accepted side, any other as the connecting side.
+//!   The exchange blocks the `setsockopt` (blocking socket) or runs on the progress thread.
+//! - **O_NONBLOCK** is not tracked: the app fd shares its open file description with the
+//!   engine's socketpair end, so `fcntl(F_SETFL)`, `ioctl(FIONBIO)` and even raw system calls
+//!   change what the engine sees; the engine asks the kernel (one `fcntl` per blocking call).
+//! - **dup of a socket before its MPA exchange:** only the fd that calls `connect` becomes the
+//!   DDP socket; other fds of the same TCP socket keep referring to the TCP socket.
+//! - **fork:** the child handler calls [`ddp_user::after_fork_in_child`]; inherited connected
+//!   DDP sockets are byte streams served by the parent, extension calls on them fail with
+//!   `EOPNOTSUPP` (engine.md). The connection lives as long as the *parent* keeps an fd of
+//!   it: a parent that closes its last fd ends the connection for the child too (unlike a
+//!   TCP socket shared after fork).
+//! - **exec:** the engine's descriptors are close-on-exec, so an inherited DDP fd (the
+//!   socketpair end) reads EOF in the new program once the old image is gone.
+
+pub mod api;
+pub mod entry;
+pub mod io;
+pub mod opts;
+
+use libc::{c_int, sockaddr, socklen_t};
+
+use ddp_user::{DdpSocket, Options};
+
+use crate::errno::{Errno, ErrnoGuard, cvt};
+use crate::log::{Addr, debug};
+use crate::real;
+use entry::{Conn, Payload, Pending, Ref, Role};
+
+/// Raw `fcntl`, never our hook.
+fn raw_fcntl(fd: c_int, cmd: c_int, arg: libc::c_long) -> Result<c_int, Errno> {
+    // SAFETY: fcntl commands used here take an integer argument.
+    let r = unsafe { libc::syscall(libc::SYS_fcntl, fd, cmd, arg) };
+    if r < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(r as c_int)
+    }
+}
+
+/// Whether `fd`'s open file description is non-blocking.
+pub fn is_nonblocking(fd: c_int) -> Result<bool, Errno> {
+    Ok(raw_fcntl(fd, libc::F_GETFL, 0)? & libc::O_NONBLOCK != 0)
+}
+
+fn is_cloexec(fd: c_int) -> bool {
+    raw_fcntl(fd, libc::F_GETFD, 0).is_ok_and(|f| f & libc::FD_CLOEXEC != 0)
+}
+
+/// An int socket option through the real getsockopt.
+fn sockopt_int(fd: c_int, level: c_int, name: c_int) -> Result<c_int, Errno> {
+    let mut v: c_int = 0;
+    let mut len = core::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: `v`/`len` describe our own int.
+    cvt(unsafe { real::getsockopt(fd, level, name, (&mut v as *mut c_int).cast(), &mut len) })?;
+    Ok(v)
+}
+
+/// `Ok` if `fd` is a TCP socket; `EBADF`, `ENOTSOCK` or `EOPNOTSUPP` otherwise.
+pub fn check_tcp(fd: c_int) -> Result<(), Errno> {
+    let domain = match sockopt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN) {
+        Ok(d) => d,
+        Err(Errno(libc::ENOTSOCK)) => return Err(Errno(libc::ENOTSOCK)),
+        Err(e) => return Err(e),
+    };
+    let ty = sockopt_int(fd, libc::SOL_SOCKET, libc::SO_TYPE)?;
+    let proto = sockopt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL)?;
+    if matches!(domain, libc::AF_INET | libc::AF_INET6)
+        && ty == libc::SOCK_STREAM
+        && proto == libc::IPPROTO_TCP
+    {
+        Ok(())
+    } else {
+        Err(Errno(libc::EOPNOTSUPP))
+    }
+}
+
+/// The entry of `fd` for a DDP option: its own, or a new pending entry for a TCP socket that
+/// has none yet (checking that it is one).
+pub fn entry_for_option(fd: c_int) -> Result<Ref, Errno> {
+    if let Some(r) = Ref::of_fd(fd) {
+        return Ok(r);
+    }
+    check_tcp(fd)?;
+    let r = Ref::new(Payload::Pending(std::sync::Mutex::new(Pending::new(None))))
+        .ok_or(Errno(libc::ENOMEM))?;
+    r.attach(fd);
+    Ok(r)
+}
+
+/// Installs a new DDP socket under `fd`: the engine's socketpair end replaces the TCP socket
+/// there (keeping `fd`'s close-on-exec flag), and the slot refers to the new socket.
+fn install(fd: c_int, sock: DdpSocket, opts: Options) -> Result<(), Errno> {
+    let flags = if is_cloexec(fd) { libc::O_CLOEXEC } else { 0 };
+    // SAFETY: no pointers; the real dup3, not our hook.
+    cvt(unsafe { real::dup3(sock.app_fd(), fd, flags) })?;
+    let r = Ref::new(Payload::Socket(Conn { sock, opts })).ok_or(Errno(libc::ENOMEM))?;
+    r.attach(fd);
+    Ok(())
+}
+
+/// Logs what a finished MPA exchange negotiated.
+fn log_negotiated(what: &str, fd: c_int, sock: &DdpSocket) {
+    if !crate::log::enabled() {
+        return;
+    }
+    let _errno = ErrnoGuard::new();
+    match sock.info() {
+        Ok(i) if i.state == ddp_user::engine::cq::state::CONNECTING => {
+            debug!("ddp {what}({fd}): MPA exchange under way (non-blocking) {sock:?}");
+        }
+        Ok(i) => debug!(
+            "ddp {what}({fd}): {} MPA rev {}, CRC {}, markers tx {} rx {}, IRD {} ORD {}, \
+             MULPDU {}, p2p {} rtr {:#x}, PD {:#x}, state {} {sock:?}",
+            if i.initiator != 0 {
+                "initiator"
+            } else {
+                "responder"
+            },
+            i.mpa_rev,
+            if i.crc != 0 { "on" } else { "off" },
+            i.markers_tx,
+            i.markers_rx,
+            i.ird,
+            i.ord,
+            i.mulpdu,
+            i.p2p,
+            i.rtr,
+            i.pd,
+            i.state,
+        ),
+        Err(e) => debug!("ddp {what}({fd}): info: errno {}", e.0),
+    }
+}
+
+/// Why an MPA exchange failed, in words (for the log).
+fn why(e: Errno) -> &'static str {
+    match e.0 {
+        libc::ECONNREFUSED => "the peer rejected the MPA request",
+        libc::ETIMEDOUT => "no complete MPA reply/request within DDP_MPA_TIMEOUT_MS",
+        libc::ECONNRESET => "the TCP connection ended during the MPA exchange (peer not iWARP?)",
+        libc::EPROTO => "invalid MPA frames (peer not iWARP, or incompatible options)",
+        libc::EINVAL => "options that cannot be negotiated (DDP_P2P with MPA rev 1, sizes)",
+        _ => "engine error",
+    }
+}
+
+/// Runs the MPA exchange on the connected (or connecting) TCP socket `fd` and installs the
+/// DDP socket under `fd`.
+fn start(fd: c_int, opts: &Options, role: Role, nonblocking: bool) -> Result<(), Errno> {
+    let r = match role {
+        Role::Initiator => DdpSocket::connect(fd, opts, nonblocking),
+        Role::Responder => DdpSocket::accept(fd, opts, nonblocking),
+    };
+    let what = match role {
+        Role::Initiator => "connect",
+        Role::Responder => "accept",
+    };
+    match r {
+        Ok(sock) => {
+            let s = sock.clone();
+            install(fd, sock, opts.clone())?;
+            log_negotiated(what, fd, &s);
+            Ok(())
+        }
+        Err(e) => {
+            let e = Errno(e.0);
+            debug!(
+                "ddp {what}({fd}): MPA exchange failed: errno {} ({})",
+                e.0,
+                why(e)
+            );
+            Err(e)
+        }
+    }
+}
+
+/// `connect` on a socket with pending DDP state.
+///
+/// # Safety
+/// As for libc's `connect`.
+pub unsafe fn connect(
+    r: &Ref,
+    fd: c_int,
+    addr: *const sockaddr,
+    len: socklen_t,
+) -> Result<c_int, Errno> {
+    let (mode, opts) = match r.pending() {
+        Some(p) => (p.mode, p.opts.clone()),
+        None => return Err(Errno(libc::EISCONN)),
+    };
+    if mode && opts.mpa_config(true).is_none() {
+        debug!("ddp connect({fd}): options cannot be negotiated: EINVAL");
+        return Err(Errno(libc::EINVAL));
+    }
+    // SAFETY: the caller's arguments, passed on.
+    let rc = cvt(unsafe { real::connect(fd, addr, len) });
+    let in_progress = matches!(rc, Err(Errno(libc::EINPROGRESS)));
+    if (rc.is_ok() || in_progress)
+        && let Some(mut p) = r.pending()
+    {
+        p.role = Some(Role::Initiator);
+    }
+    if !mode {
+        return rc;
+    }
+    // A connect interrupted by a signal completes in the background; when the application
+    // calls again, the kernel says EISCONN: the TCP part is done, run MPA now.
+    match rc {
+        Ok(_) | Err(Errno(libc::EISCONN)) => {}
+        Err(Errno(libc::EINPROGRESS)) => {}
+        Err(e) => return Err(e),
+    }
+    let nonblocking = is_nonblocking(fd)?;
+    if crate::log::enabled() {
+        // SAFETY: the kernel accepted the address.
+        let a = unsafe { Addr::read(addr, len) };
+        debug!("ddp connect({fd}, {a}): TCP connected, MPA as initiator");
+    }
+    start(fd, &opts, Role::Initiator, nonblocking)?;
+    if in_progress {
+        Err(Errno(libc::EINPROGRESS))
+    } else {
+        Ok(0)
+    }
+}
+
+/// After a real accept on a listener with pending DDP state: the accepted socket `nfd`
+/// inherits the listener's options; in DDP mode it runs the MPA exchange as responder.
+/// `nonblock_new` is the O_NONBLOCK the new fd must end with (accept4's SOCK_NONBLOCK).
+pub fn accepted(listener: &Pending, lfd: c_int, nfd: c_int) -> Result<c_int, Errno> {
+    if !listener.mode {
+        let mut p = Pending::new(Some(Role::Responder));
+        p.opts = listener.opts.clone();
+        let r = Ref::new(Payload::Pending(std::sync::Mutex::new(p))).ok_or(Errno(libc::ENOMEM))?;
+        r.attach(nfd);
+        return Ok(nfd);
+    }
+    let lnb = is_nonblocking(lfd).unwrap_or(false);
+    let nb = is_nonblocking(nfd).unwrap_or(false);
+    let r = start(nfd, &listener.opts, Role::Responder, lnb).and_then(|()| {
+        // The engine made the app fd (non-)blocking like the exchange; give it accept's.
+        if lnb != nb {
+            set_nonblocking(nfd, nb)?;
+        }
+        Ok(nfd)
+    });
+    if r.is_err() {
+        if let Some(h) = crate::fdtable::clear(nfd) {
+            entry::release(h);
+        }
+        // SAFETY: no pointers; the connection we accepted and could not set up.
+        unsafe { real::close(nfd) };
+        return Err(Errno(libc::ECONNABORTED));
+    }
+    r
+}
+
+fn set_nonblocking(fd: c_int, on: bool) -> Result<(), Errno> {
+    let fl = raw_fcntl(fd, libc::F_GETFL, 0)?;
+    let want = if on {
+        fl | libc::O_NONBLOCK
+    } else {
+        fl & !libc::O_NONBLOCK
+    };
+    if want != fl {
+        raw_fcntl(fd, libc::F_SETFL, want.into())?;
+    }
+    Ok(())
+}
+
+/// `DDP_MODE` = 1 on a socket with pending state: before connect/listen it only records the
+/// mode; on a connected socket it switches in place (MPA exchange now).
+pub fn set_mode(r: &Ref, fd: c_int) -> Result<(), Errno> {
+    let (opts, role) = {
+        let Some(mut p) = r.pending() else {
+            return Ok(()); // already a DDP socket
+        };
+        p.mode = true;
+        if p.listening || !is_connected(fd) {
+            return Ok(());
+        }
+        (p.opts.clone(), p.role)
+    };
+    let role = role.unwrap_or_else(|| guess_role(fd));
+    if opts.mpa_config(role == Role::Initiator).is_none() {
+        return Err(Errno(libc::EINVAL));
+    }
+    debug!("ddp setsockopt({fd}, DDP_MODE, 1): switching a connected socket in place ({role:?})");
+    start(fd, &opts, role, is_nonblocking(fd)?)
+}
+
+fn is_connected(fd: c_int) -> bool {
+    // SAFETY: sockaddr_storage is plain data.
+    let mut ss: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    let mut len = core::mem::size_of_val(&ss) as socklen_t;
+    // SAFETY: our own buffer.
+    unsafe {
+        real::getpeername(
+            fd,
+            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        ) == 0
+    }
+}
+
+/// The local port of `fd` (host order).
+fn local_port(fd: c_int) -> Option<u16> {
+    // SAFETY: sockaddr_storage is plain data.
+    let mut ss: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    let mut len = core::mem::size_of_val(&ss) as socklen_t;
+    let p = (&mut ss as *mut libc::sockaddr_storage).cast::<sockaddr>();
+    // SAFETY: our own buffer.
+    if unsafe { real::getsockname(fd, p, &mut len) } != 0 {
+        return None;
+    }
+    match c_int::from(ss.ss_family) {
+        // SAFETY: the family says which layout the kernel wrote.
+        libc::AF_INET => Some(u16::from_be(unsafe {
+            (*p.cast::<libc::sockaddr_in>()).sin_port
+        })),
+        libc::AF_INET6 => Some(u16::from_be(
+            // SAFETY: as above.
+            unsafe { (*p.cast::<libc::sockaddr_in6>()).sin6_port },
+        )),
+        _ => None,
+    }
+}
+
+/// A connected socket we did not see being made: responder if a TCP listener has its local
+/// port (then it came from accept), else initiator.
+fn guess_role(fd: c_int) -> Role {
+    let Some(port) = local_port(fd) else {
+        return Role::Initiator;
+    };
+    for path in [c"/proc/net/tcp", c"/proc/net/tcp6"] {
+        if let Some(text) = read_file(path)
+            && listener_on(&text, port)
+        {
+            return Role::Responder;
+        }
+    }
+    Role::Initiator
+}
+
+/// Whether a `/proc/net/tcp` table has a LISTEN (state 0A) socket on `port`.
+fn listener_on(text: &[u8], port: u16) -> bool {
+    text.split(|&b| b == b'\n').skip(1).any(|line| {
+        let mut f = line.split(|&b| b == b' ').filter(|s| !s.is_empty());
+        let (Some(_sl), Some(local), Some(_rem), Some(st)) =
+            (f.next(), f.next(), f.next(), f.next())
+        else {
+            return false;
+        };
+        let Some(colon) = local.iter().rposition(|&b| b == b':') else {
+            return false;
+        };
+        let p = core::str::from_utf8(&local[colon + 1..])
+            .ok()
+            .and_then(|s| u16::from_str_radix(s, 16).ok());
+        st == b"0A" && p == Some(port)
+    })
+}
+
+/// Reads a (small, /proc) file with raw system calls.
+fn read_file(path: &core::ffi::CStr) -> Option<Vec<u8>> {
+    // SAFETY: NUL-terminated path; raw openat, no hooks.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    } as c_int;
+    if fd < 0 {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        // SAFETY: our own buffer; raw read.
+        let n = unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) };
+        if n <= 0 || out.len() > (64 << 20) {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+    // SAFETY: closes the fd opened above; raw close.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+    Some(out)
+}
+
+/// The pthread_atfork child handler: the engine's threads did not survive the fork.
+extern "C" fn atfork_child() {
+    ddp_user::after_fork_in_child();
+}
+
+/// Registers the fork handler (from the constructor).
+pub fn init() {
+    // SAFETY: registering a handler that takes no lock and makes no system call.
+    unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_net_tcp_listener() {
+        let t = b"  sl  local_address rem_address   st tx_queue rx_queue\n\
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000\n\
+   1: 0100007F:C350 0100007F:1F90 01 00000000:00000000 00:00000000 00000000\n";
+        assert!(listener_on(t, 0x1f90));
+        assert!(!listener_on(t, 0xc350));
+        assert!(!listener_on(t, 1));
+    }
+}
