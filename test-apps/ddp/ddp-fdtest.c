@@ -1,0 +1,1874 @@
+/*
+ * ddp-fdtest — a DDP socket's fd must keep behaving like a TCP socket under everything an
+ * unmodified program does (DESIGN.md "Engine and fd model", docs/engine.md "The fd model").
+ *
+ *   ddp-fdtest [-t SECONDS] [-v] [CASE...]     run the cases (default: all), one PASS/FAIL line each
+ *   ddp-fdtest -l                              list the cases
+ *   ddp-fdtest -T [CASE...]                    the baseline: the same cases on plain TCP sockets
+ *                                              (no library needed; DDP-only checks skipped)
+ *
+ * Every case runs in its own process (this program re-executed with --case NAME, in its own
+ * process group), killed after -t SECONDS (default 30): a hang or a crash fails that case only.
+ * Every socket is a DDP socket over 127.0.0.1 (both ends in the case's process: threads, or a
+ * forked child where the case is about fork); every transfer's content is a known pattern,
+ * checked byte for byte. Every single wait is bounded (5 s). Run it under scripts/exsock-run.
+ *
+ * exit: 0 every case passed, 1 a case failed, 2 usage, 77 libexsock.so (DDP API) not loaded.
+ */
+#include "common.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_MS 5000 /* bound of every single wait inside a case */
+
+static const char *cur_case = "?";
+/* -T: the same cases on plain TCP sockets (DDP-only checks skipped): the baseline that shows
+ * the expectations are Linux TCP behaviour. Passed to the case processes as DDP_FDTEST_TCP=1. */
+static int tcp_mode;
+#define CASE_SKIP 77
+
+/* ---- failure reporting --------------------------------------------------------------------- */
+
+static int fail_(int line, int with_errno, int e, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int fail_(int line, int with_errno, int e, const char *fmt, ...)
+{
+	char msg[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (with_errno)
+		printf("  %s: %s: %s (%s) [line %d]\n", cur_case, msg, xs_errname(e), strerror(e), line);
+	else
+		printf("  %s: %s [line %d]\n", cur_case, msg, line);
+	fflush(stdout);
+	return -1;
+}
+/* REQ(cond, fmt...): the case fails with the message unless cond. REQE: the same, with errno. */
+#define REQ(cond, ...)                                                                          \
+	do {                                                                                    \
+		if (!(cond))                                                                    \
+			return fail_(__LINE__, 0, 0, __VA_ARGS__);                              \
+	} while (0)
+#define REQE(cond, ...)                                                                         \
+	do {                                                                                    \
+		int e_ = errno;                                                                 \
+		if (!(cond))                                                                    \
+			return fail_(__LINE__, 1, e_, __VA_ARGS__);                             \
+	} while (0)
+#define TRY(call)                                                                               \
+	do {                                                                                    \
+		if ((call) != 0)                                                                \
+			return -1;                                                              \
+	} while (0)
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...)
+{
+	if (!xs_verbose)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	printf("  %s: ", cur_case);
+	vprintf(fmt, ap);
+	printf("\n");
+	va_end(ap);
+	fflush(stdout);
+}
+
+static void sleep_ms(int ms) /* only for pacing and for bounded polling of a condition */
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/* ---- sockets ------------------------------------------------------------------------------- */
+
+struct dopt {
+	int crc, markers, ird, ord, pd; /* -1: leave the default */
+	const char *pdata;              /* DDP_PRIVATE_DATA or NULL */
+};
+#define DOPT_DEFAULT { -1, -1, -1, -1, -1, NULL }
+
+static int set_ddp_int(int fd, int opt, int v, const char *name)
+{
+	if (setsockopt(fd, SOL_DDP, opt, &v, sizeof v) != 0)
+		return fail_(__LINE__, 1, errno, "setsockopt(SOL_DDP, %s, %d)", name, v);
+	return 0;
+}
+
+/* A DDP-mode TCP socket with the options (before connect/listen). */
+static int ddp_sock(const struct dopt *o)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0)
+		return fail_(__LINE__, 1, errno, "socket");
+	if (tcp_mode)
+		return fd;
+	if (set_ddp_int(fd, DDP_MODE, 1, "DDP_MODE") || set_ddp_int(fd, DDP_MPA_TIMEOUT_MS, WAIT_MS, "DDP_MPA_TIMEOUT_MS"))
+		return -1;
+	if (o) {
+		if (o->crc >= 0 && set_ddp_int(fd, DDP_CRC, o->crc, "DDP_CRC"))
+			return -1;
+		if (o->markers >= 0 && set_ddp_int(fd, DDP_MARKERS, o->markers, "DDP_MARKERS"))
+			return -1;
+		if (o->ird >= 0 && set_ddp_int(fd, DDP_IRD, o->ird, "DDP_IRD"))
+			return -1;
+		if (o->ord >= 0 && set_ddp_int(fd, DDP_ORD, o->ord, "DDP_ORD"))
+			return -1;
+		if (o->pd >= 0 && set_ddp_int(fd, DDP_PD, o->pd, "DDP_PD"))
+			return -1;
+		if (o->pdata && setsockopt(fd, SOL_DDP, DDP_PRIVATE_DATA, o->pdata,
+					   (socklen_t)strlen(o->pdata)) != 0)
+			return fail_(__LINE__, 1, errno, "setsockopt(SOL_DDP, DDP_PRIVATE_DATA)");
+	}
+	return fd;
+}
+
+/* A listener on 127.0.0.1, ephemeral port; ddp: DDP mode with the options, else plain TCP. */
+static int mk_listener(int ddp, const struct dopt *o, int *port)
+{
+	int fd = ddp ? ddp_sock(o) : socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0)
+		return ddp ? -1 : fail_(__LINE__, 1, errno, "socket");
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 16) != 0)
+		return fail_(__LINE__, 1, errno, "bind/listen");
+	socklen_t l = sizeof a;
+	if (getsockname(fd, (struct sockaddr *)&a, &l) != 0)
+		return fail_(__LINE__, 1, errno, "getsockname(listener)");
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+static struct sockaddr_in lo_addr(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	return a;
+}
+
+/* accept (or accept4 with flags >= 0), bounded by WAIT_MS via poll on the listener. */
+static int acc_flags(int lfd, int flags)
+{
+	uint64_t dl = xs_deadline(WAIT_MS);
+	for (;;) {
+		struct pollfd p = { .fd = lfd, .events = POLLIN };
+		int r = poll(&p, 1, xs_ms_left(dl));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return fail_(__LINE__, 1, errno, "poll(listener)");
+		if (r == 0)
+			return fail_(__LINE__, 0, 0, "no connection to accept within %d ms", WAIT_MS);
+		int c = flags >= 0 ? accept4(lfd, NULL, NULL, flags) : accept(lfd, NULL, NULL);
+		if (c >= 0)
+			return c;
+		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+			return fail_(__LINE__, 1, errno, "accept");
+	}
+}
+static int acc(int lfd) { return acc_flags(lfd, -1); }
+
+struct conn_arg {
+	int port, ddp;
+	const struct dopt *o;
+	int fd, err;
+};
+static void *connector(void *p)
+{
+	struct conn_arg *a = p;
+	a->fd = -1;
+	int fd = a->ddp ? ddp_sock(a->o) : socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0) {
+		a->err = errno ? errno : EINVAL;
+		return NULL;
+	}
+	struct sockaddr_in sa = lo_addr(a->port);
+	int r;
+	do
+		r = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+	while (r != 0 && errno == EINTR);
+	if (r != 0) {
+		a->err = errno;
+		close(fd);
+		return NULL;
+	}
+	a->fd = fd;
+	return NULL;
+}
+
+/* Blocking connect from a thread to lfd's port while this thread accepts (both ends of a DDP
+ * connection need each other for the MPA exchange). */
+static int connect_accept(int lfd, int port, int ddp, const struct dopt *co, int *cli, int *srv)
+{
+	struct conn_arg a = { .port = port, .ddp = ddp, .o = co, .fd = -1 };
+	pthread_t t;
+	if (pthread_create(&t, NULL, connector, &a) != 0)
+		return fail_(__LINE__, 0, 0, "pthread_create");
+	int s = acc(lfd);
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += WAIT_MS / 1000 + 2;
+	int jr = pthread_timedjoin_np(t, NULL, &dl);
+	if (jr != 0)
+		return fail_(__LINE__, 0, 0, "connect() did not return within %d ms", WAIT_MS + 2000);
+	if (a.fd < 0)
+		return fail_(__LINE__, 1, a.err, "connect to 127.0.0.1:%d", port);
+	if (s < 0)
+		return -1;
+	*cli = a.fd;
+	*srv = s;
+	return 0;
+}
+
+/* A connected pair: *cli (connect side, MPA initiator) and *srv (accepted). */
+static int mkpair_o(int ddp, const struct dopt *lo, const struct dopt *co, int *cli, int *srv)
+{
+	int port, lfd = mk_listener(ddp, lo, &port);
+	if (lfd < 0)
+		return -1;
+	int r = connect_accept(lfd, port, ddp, co, cli, srv);
+	close(lfd);
+	return r;
+}
+static int mkpair(int *cli, int *srv) { return mkpair_o(1, NULL, NULL, cli, srv); }
+
+/* ---- transfers with content checks ------------------------------------------------------------ */
+
+static int wait_ev(int fd, short ev, int ms)
+{
+	uint64_t dl = xs_deadline(ms);
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = ev };
+		int r = poll(&p, 1, xs_ms_left(dl));
+		if (r > 0)
+			return p.revents;
+		if (r == 0)
+			return 0;
+		if (errno != EINTR)
+			return -1;
+	}
+}
+
+/* Writes n bytes of pattern (seed, off..off+n) to fd; poll-bounded. */
+static int put(int fd, size_t n, uint64_t seed, uint64_t off, const char *what)
+{
+	uint8_t *b = malloc(n ? n : 1);
+	if (!b)
+		return fail_(__LINE__, 0, 0, "malloc");
+	xs_fill(b, n, seed, off);
+	size_t done = 0;
+	while (done < n) {
+		int ev = wait_ev(fd, POLLOUT, WAIT_MS);
+		if (ev <= 0) {
+			free(b);
+			return fail_(__LINE__, ev < 0, errno, "%s: not writable within %d ms (%zu of %zu bytes written)",
+				     what, WAIT_MS, done, n);
+		}
+		ssize_t r = write(fd, b + done, n - done);
+		if (r > 0)
+			done += (size_t)r;
+		else if (r < 0 && errno != EAGAIN && errno != EINTR) {
+			int e = errno;
+			free(b);
+			return fail_(__LINE__, 1, e, "%s: write (%zu of %zu bytes written)", what, done, n);
+		}
+	}
+	free(b);
+	return 0;
+}
+
+/* Reads exactly n bytes from fd and checks them against pattern (seed, off); poll-bounded. */
+static int get(int fd, size_t n, uint64_t seed, uint64_t off, const char *what)
+{
+	uint8_t *b = malloc(n ? n : 1);
+	if (!b)
+		return fail_(__LINE__, 0, 0, "malloc");
+	size_t got = 0;
+	while (got < n) {
+		int ev = wait_ev(fd, POLLIN, WAIT_MS);
+		if (ev <= 0) {
+			free(b);
+			return fail_(__LINE__, ev < 0, errno, "%s: no data within %d ms (%zu of %zu bytes read)",
+				     what, WAIT_MS, got, n);
+		}
+		ssize_t r = read(fd, b + got, n - got);
+		if (r > 0)
+			got += (size_t)r;
+		else if (r == 0) {
+			free(b);
+			return fail_(__LINE__, 0, 0, "%s: EOF after %zu of %zu bytes", what, got, n);
+		} else if (errno != EAGAIN && errno != EINTR) {
+			int e = errno;
+			free(b);
+			return fail_(__LINE__, 1, e, "%s: read (%zu of %zu bytes read)", what, got, n);
+		}
+	}
+	size_t bad;
+	if (xs_check(b, n, seed, off, &bad)) {
+		xs_report_mismatch(what, b, n, seed, off, bad);
+		free(b);
+		return fail_(__LINE__, 0, 0, "%s: content mismatch at byte %zu of %zu", what, bad, n);
+	}
+	free(b);
+	return 0;
+}
+
+static uint64_t seed_n;
+/* from -> to: n bytes (n <= 64 KiB: fits the buffers, one thread is enough), verified. */
+static int xfer(int from, int to, size_t n, const char *what)
+{
+	uint64_t seed = xs_seed(0xfd7e57, ++seed_n, n);
+	TRY(put(from, n, seed, 0, what));
+	return get(to, n, seed, 0, what);
+}
+
+/* Both directions, then one more each way: the connection carries verified data. */
+static int both_ways(int a, int b, const char *what)
+{
+	char w[128];
+	snprintf(w, sizeof w, "%s (a->b)", what);
+	TRY(xfer(a, b, 4099, w));
+	snprintf(w, sizeof w, "%s (b->a)", what);
+	return xfer(b, a, 7001, w);
+}
+
+/* Waits for EOF on fd (after no more data): read returns 0 within WAIT_MS. */
+static int expect_eof(int fd, const char *what)
+{
+	int ev = wait_ev(fd, POLLIN, WAIT_MS);
+	REQ(ev > 0, "%s: no EOF (not readable) within %d ms", what, WAIT_MS);
+	char c;
+	ssize_t r = read(fd, &c, 1);
+	REQE(r == 0, "%s: expected EOF (read 0), read returned %zd", what, r);
+	return 0;
+}
+
+static int get_info(int fd, struct ddp_conn_info *ci)
+{
+	socklen_t l = sizeof *ci;
+	memset(ci, 0, sizeof *ci);
+	REQE(getsockopt(fd, SOL_DDP, DDP_CONN_INFO, ci, &l) == 0, "getsockopt(DDP_CONN_INFO)");
+	REQ(l == sizeof *ci, "DDP_CONN_INFO: length %u, expected %zu", l, sizeof *ci);
+	return 0;
+}
+
+static int set_nonblock(int fd, int on)
+{
+	int fl = fcntl(fd, F_GETFL);
+	REQE(fl >= 0, "fcntl(F_GETFL)");
+	fl = on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK;
+	REQE(fcntl(fd, F_SETFL, fl) == 0, "fcntl(F_SETFL)");
+	return 0;
+}
+
+/* Waits until the thread that set *entered (after *tid) sleeps in the kernel: it entered the
+ * blocking call. Bounded. */
+static int wait_blocked(volatile pid_t *tid, volatile int *entered, const char *what)
+{
+	uint64_t dl = xs_deadline(WAIT_MS);
+	while (xs_ms_left(dl) > 0) {
+		if (__atomic_load_n(entered, __ATOMIC_ACQUIRE)) {
+			char path[64], buf[512];
+			snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)*tid);
+			FILE *f = fopen(path, "r");
+			if (f) {
+				size_t n = fread(buf, 1, sizeof buf - 1, f);
+				fclose(f);
+				buf[n] = 0;
+				char *p = strrchr(buf, ')');
+				if (p && p[1] == ' ' && (p[2] == 'S' || p[2] == 'D'))
+					return 0;
+			}
+		}
+		sleep_ms(1); /* bounded polling of the thread's state */
+	}
+	return fail_(__LINE__, 0, 0, "%s: the thread did not block within %d ms", what, WAIT_MS);
+}
+
+static int timed_join(pthread_t t, int ms, const char *what)
+{
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += ms / 1000;
+	dl.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	int r = pthread_timedjoin_np(t, NULL, &dl);
+	REQ(r == 0, "%s: the thread did not finish within %d ms (hang)", what, ms);
+	return 0;
+}
+
+/* ---- cases ------------------------------------------------------------------------------------- */
+
+static int c_poll(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	struct pollfd p = { .fd = c, .events = POLLIN | POLLOUT };
+	int r = poll(&p, 1, 0);
+	REQ(r == 1 && (p.revents & POLLOUT) && !(p.revents & POLLIN),
+	    "fresh connection: poll = %d revents 0x%x, expected POLLOUT without POLLIN", r, p.revents);
+	p.events = POLLIN;
+	r = poll(&p, 1, 100);
+	REQ(r == 0, "nothing sent, but poll(POLLIN, 100 ms) = %d revents 0x%x", r, p.revents);
+	uint64_t seed = xs_seed(1, 2, 3);
+	TRY(put(s, 1000, seed, 0, "server write"));
+	r = poll(&p, 1, WAIT_MS);
+	REQ(r == 1 && (p.revents & POLLIN), "after the peer wrote: poll = %d revents 0x%x", r, p.revents);
+	TRY(get(c, 1000, seed, 0, "read after POLLIN"));
+	r = poll(&p, 1, 0);
+	REQ(r == 0, "all data read, but poll(POLLIN) = %d revents 0x%x", r, p.revents);
+	/* the other direction, ppoll */
+	TRY(put(c, 3000, seed, 1000, "client write"));
+	struct pollfd q = { .fd = s, .events = POLLIN };
+	struct timespec ts = { WAIT_MS / 1000, 0 };
+	r = ppoll(&q, 1, &ts, NULL);
+	REQ(r == 1 && (q.revents & POLLIN), "ppoll on the accepted socket = %d revents 0x%x", r, q.revents);
+	TRY(get(s, 3000, seed, 1000, "read after ppoll"));
+	close(c);
+	close(s);
+	return 0;
+}
+
+static int c_select(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	REQ(c < FD_SETSIZE && s < FD_SETSIZE, "fd numbers too large for select");
+	fd_set rd, wr;
+	struct timeval tv = { 0, 0 };
+	FD_ZERO(&rd);
+	FD_ZERO(&wr);
+	FD_SET(c, &rd);
+	FD_SET(c, &wr);
+	int r = select(c + 1, &rd, &wr, NULL, &tv);
+	REQ(r == 1 && FD_ISSET(c, &wr) && !FD_ISSET(c, &rd),
+	    "fresh connection: select = %d, expected writable only", r);
+	FD_ZERO(&rd);
+	FD_SET(c, &rd);
+	tv = (struct timeval){ 0, 100000 };
+	r = select(c + 1, &rd, NULL, NULL, &tv);
+	REQ(r == 0, "nothing sent, but select(read, 100 ms) = %d", r);
+	uint64_t seed = xs_seed(4, 5, 6);
+	TRY(put(s, 2500, seed, 0, "server write"));
+	FD_ZERO(&rd);
+	FD_SET(c, &rd);
+	FD_SET(s, &rd);
+	tv = (struct timeval){ WAIT_MS / 1000, 0 };
+	int mx = c > s ? c : s;
+	r = select(mx + 1, &rd, NULL, NULL, &tv);
+	REQ(r == 1 && FD_ISSET(c, &rd) && !FD_ISSET(s, &rd),
+	    "after the peer wrote: select = %d (c readable %d, s readable %d), expected c only", r,
+	    FD_ISSET(c, &rd) != 0, FD_ISSET(s, &rd) != 0);
+	TRY(get(c, 2500, seed, 0, "read after select"));
+	/* pselect, other direction */
+	TRY(put(c, 700, seed, 2500, "client write"));
+	FD_ZERO(&rd);
+	FD_SET(s, &rd);
+	struct timespec ts = { WAIT_MS / 1000, 0 };
+	r = pselect(s + 1, &rd, NULL, NULL, &ts, NULL);
+	REQ(r == 1 && FD_ISSET(s, &rd), "pselect on the accepted socket = %d", r);
+	TRY(get(s, 700, seed, 2500, "read after pselect"));
+	close(c);
+	close(s);
+	return 0;
+}
+
+static int c_epoll_lt(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	REQE(ep >= 0, "epoll_create1");
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0xc0ffee };
+	REQE(epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) == 0, "epoll_ctl(ADD)");
+	struct epoll_event out[4];
+	int n = epoll_wait(ep, out, 4, 100);
+	REQ(n == 0, "nothing sent, but epoll_wait(100 ms) = %d", n);
+	uint64_t seed = xs_seed(7, 8, 9);
+	TRY(put(s, 200, seed, 0, "server write"));
+	n = epoll_wait(ep, out, 4, WAIT_MS);
+	REQ(n == 1 && (out[0].events & EPOLLIN) && out[0].data.u64 == 0xc0ffee,
+	    "after the peer wrote: epoll_wait = %d events 0x%x", n, n > 0 ? out[0].events : 0);
+	/* wait until all 200 bytes are there (FIONREAD), then read half: level-triggered fires again */
+	uint64_t dl = xs_deadline(WAIT_MS);
+	int avail = 0;
+	while (ioctl(c, FIONREAD, &avail) == 0 && avail < 200 && xs_ms_left(dl) > 0)
+		sleep_ms(1); /* bounded polling of a condition */
+	REQ(avail == 200, "FIONREAD %d, expected 200", avail);
+	TRY(get(c, 100, seed, 0, "first half"));
+	n = epoll_wait(ep, out, 4, 0);
+	REQ(n == 1 && (out[0].events & EPOLLIN), "level-triggered: 100 bytes left, epoll_wait = %d", n);
+	n = epoll_wait(ep, out, 4, 0);
+	REQ(n == 1, "level-triggered: reported again without reading, epoll_wait = %d", n);
+	TRY(get(c, 100, seed, 100, "second half"));
+	n = epoll_wait(ep, out, 4, 0);
+	REQ(n == 0, "everything read, but epoll_wait = %d events 0x%x", n, n > 0 ? out[0].events : 0);
+	/* EPOLLOUT level-triggered */
+	ev.events = EPOLLOUT;
+	REQE(epoll_ctl(ep, EPOLL_CTL_MOD, c, &ev) == 0, "epoll_ctl(MOD, EPOLLOUT)");
+	n = epoll_wait(ep, out, 4, WAIT_MS);
+	REQ(n == 1 && (out[0].events & EPOLLOUT), "EPOLLOUT: epoll_wait = %d", n);
+	REQE(epoll_ctl(ep, EPOLL_CTL_DEL, c, NULL) == 0, "epoll_ctl(DEL)");
+	TRY(both_ways(c, s, "after DEL"));
+	close(ep);
+	close(c);
+	close(s);
+	return 0;
+}
+
+/* edge-triggered: a writer thread sends many small writes; the reader drains to EAGAIN on
+ * every wakeup and must see every byte without a lost wakeup. */
+struct et_arg {
+	int fd, nwrites;
+	uint64_t seed;
+	size_t total;
+	int err;
+	const char *errwhat;
+};
+static size_t et_len(int i) { return 1 + (size_t)((i * 7919) % 97); }
+static void *et_writer(void *p)
+{
+	struct et_arg *a = p;
+	uint8_t buf[128];
+	uint64_t off = 0;
+	for (int i = 0; i < a->nwrites; i++) {
+		size_t len = et_len(i);
+		xs_fill(buf, len, a->seed, off);
+		size_t done = 0;
+		while (done < len) {
+			ssize_t r = write(a->fd, buf + done, len - done);
+			if (r > 0)
+				done += (size_t)r;
+			else if (errno != EINTR) {
+				a->err = errno;
+				a->errwhat = "write";
+				return NULL;
+			}
+		}
+		off += len;
+		if (i % 5 == 0)
+			sched_yield();
+		if (i % 97 == 0)
+			sleep_ms(1); /* pacing: let the reader catch up and wait again */
+	}
+	return NULL;
+}
+
+static int c_epoll_et(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	TRY(set_nonblock(c, 1));
+	int ep = epoll_create1(0);
+	REQE(ep >= 0, "epoll_create1");
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.fd = c };
+	REQE(epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) == 0, "epoll_ctl(ADD, EPOLLIN|EPOLLET)");
+	struct et_arg a = { .fd = s, .nwrites = 4000, .seed = xs_seed(10, 11, 12) };
+	for (int i = 0; i < a.nwrites; i++)
+		a.total += et_len(i);
+	pthread_t t;
+	REQ(pthread_create(&t, NULL, et_writer, &a) == 0, "pthread_create");
+	uint8_t *buf = malloc(a.total);
+	size_t got = 0;
+	int wakeups = 0;
+	while (got < a.total) {
+		struct epoll_event o;
+		int n = epoll_wait(ep, &o, 1, WAIT_MS);
+		if (n < 0 && errno == EINTR)
+			continue;
+		REQ(n == 1, "lost wakeup: no EPOLLIN within %d ms with %zu of %zu bytes received "
+			    "(epoll_wait = %d)", WAIT_MS, got, a.total, n);
+		wakeups++;
+		for (;;) { /* drain to EAGAIN */
+			ssize_t r = read(c, buf + got, a.total - got);
+			if (r > 0) {
+				got += (size_t)r;
+				if (got == a.total) {
+					/* the stream is complete: one more read must say EAGAIN */
+					char x;
+					r = read(c, &x, 1);
+					REQE(r < 0 && errno == EAGAIN, "extra bytes after the end: read = %zd", r);
+					break;
+				}
+				continue;
+			}
+			REQ(r != 0, "EOF after %zu of %zu bytes", got, a.total);
+			if (errno == EAGAIN)
+				break;
+			REQE(errno == EINTR, "read");
+		}
+	}
+	TRY(timed_join(t, WAIT_MS, "writer"));
+	REQ(a.err == 0, "writer: %s: %s", a.errwhat, xs_errname(a.err));
+	size_t bad;
+	if (xs_check(buf, a.total, a.seed, 0, &bad)) {
+		xs_report_mismatch("edge-triggered stream", buf, a.total, a.seed, 0, bad);
+		return fail_(__LINE__, 0, 0, "content mismatch at byte %zu of %zu", bad, a.total);
+	}
+	free(buf);
+	/* drained, nothing new: edge-triggered must not report again */
+	struct epoll_event o;
+	int n = epoll_wait(ep, &o, 1, 100);
+	REQ(n == 0, "drained to EAGAIN and nothing new, but epoll_wait(ET) = %d events 0x%x", n,
+	    n > 0 ? o.events : 0);
+	/* one more write: exactly one new edge */
+	uint64_t seed = xs_seed(13, 14, 15);
+	TRY(put(s, 10, seed, 0, "one more write"));
+	n = epoll_wait(ep, &o, 1, WAIT_MS);
+	REQ(n == 1 && (o.events & EPOLLIN), "new data after draining: epoll_wait = %d", n);
+	TRY(get(c, 10, seed, 0, "after the new edge"));
+	note("%d writes, %zu bytes, %d wakeups", a.nwrites, a.total, wakeups);
+	close(ep);
+	close(c);
+	close(s);
+	return 0;
+}
+
+static int c_epoll_oneshot(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	int ep = epoll_create1(0);
+	REQE(ep >= 0, "epoll_create1");
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.fd = c }, o;
+	REQE(epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) == 0, "epoll_ctl(ADD, EPOLLONESHOT)");
+	uint64_t seed = xs_seed(16, 17, 18);
+	TRY(put(s, 64, seed, 0, "first write"));
+	int n = epoll_wait(ep, &o, 1, WAIT_MS);
+	REQ(n == 1 && (o.events & EPOLLIN), "first event: epoll_wait = %d", n);
+	n = epoll_wait(ep, &o, 1, 100);
+	REQ(n == 0, "ONESHOT fired and not re-armed, but epoll_wait = %d (data still unread)", n);
+	TRY(put(s, 64, seed, 64, "second write"));
+	n = epoll_wait(ep, &o, 1, 100);
+	REQ(n == 0, "ONESHOT not re-armed, new data, but epoll_wait = %d", n);
+	ev.events = EPOLLIN | EPOLLONESHOT;
+	REQE(epoll_ctl(ep, EPOLL_CTL_MOD, c, &ev) == 0, "epoll_ctl(MOD) re-arm");
+	n = epoll_wait(ep, &o, 1, WAIT_MS);
+	REQ(n == 1 && (o.events & EPOLLIN), "re-armed with data pending: epoll_wait = %d", n);
+	TRY(get(c, 128, seed, 0, "both writes"));
+	/* re-arm with nothing pending: fires on the next write only */
+	REQE(epoll_ctl(ep, EPOLL_CTL_MOD, c, &ev) == 0, "epoll_ctl(MOD) re-arm");
+	n = epoll_wait(ep, &o, 1, 100);
+	REQ(n == 0, "re-armed, nothing pending, but epoll_wait = %d", n);
+	TRY(put(s, 1000, seed, 128, "third write"));
+	n = epoll_wait(ep, &o, 1, WAIT_MS);
+	REQ(n == 1 && (o.events & EPOLLIN), "re-armed, new data: epoll_wait = %d", n);
+	TRY(get(c, 1000, seed, 128, "third write"));
+	close(ep);
+	close(c);
+	close(s);
+	return 0;
+}
+
+static int c_epoll_rdhup(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	TRY(set_nonblock(c, 1));
+	int ep = epoll_create1(0);
+	REQE(ep >= 0, "epoll_create1");
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.fd = c }, o;
+	REQE(epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) == 0, "epoll_ctl(ADD, EPOLLIN|EPOLLRDHUP)");
+	uint64_t seed = xs_seed(19, 20, 21);
+	TRY(put(s, 3333, seed, 0, "data before the shutdown"));
+	REQE(shutdown(s, SHUT_WR) == 0, "shutdown(SHUT_WR) on the peer");
+	uint8_t buf[4096];
+	size_t got = 0;
+	int rdhup = 0, eof = 0;
+	uint64_t dl = xs_deadline(WAIT_MS);
+	while (!eof) {
+		int n = epoll_wait(ep, &o, 1, xs_ms_left(dl));
+		REQ(n == 1, "no EPOLLRDHUP/EOF within %d ms (%zu of 3333 bytes, rdhup %d)", WAIT_MS, got,
+		    rdhup);
+		if (o.events & EPOLLRDHUP)
+			rdhup = 1;
+		for (;;) {
+			ssize_t r = read(c, buf + got, sizeof buf - got);
+			if (r > 0) {
+				got += (size_t)r;
+				continue;
+			}
+			if (r == 0) {
+				eof = 1;
+				break;
+			}
+			REQE(errno == EAGAIN || errno == EINTR, "read");
+			break;
+		}
+	}
+	REQ(rdhup, "EOF read, but epoll never reported EPOLLRDHUP");
+	REQ(got == 3333, "EOF after %zu bytes, expected 3333", got);
+	size_t bad;
+	REQ(xs_check(buf, got, seed, 0, &bad) == 0, "content mismatch at byte %zu", bad);
+	int n = epoll_wait(ep, &o, 1, 0);
+	REQ(n == 1 && (o.events & EPOLLRDHUP), "after EOF: EPOLLRDHUP no longer reported (n %d)", n);
+	/* half-close: we can still send to the peer */
+	TRY(xfer(c, s, 5000, "send back after the peer's SHUT_WR"));
+	close(ep);
+	close(c);
+	close(s);
+	return 0;
+}
+
+static int c_epoll_nested(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	int inner = epoll_create1(0), outer = epoll_create1(0);
+	REQE(inner >= 0 && outer >= 0, "epoll_create1");
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = c }, o;
+	REQE(epoll_ctl(inner, EPOLL_CTL_ADD, c, &ev) == 0, "epoll_ctl(inner, ADD socket)");
+	ev.data.fd = inner;
+	REQE(epoll_ctl(outer, EPOLL_CTL_ADD, inner, &ev) == 0, "epoll_ctl(outer, ADD inner epoll)");
+	int n = epoll_wait(outer, &o, 1, 100);
+	REQ(n == 0, "nothing sent, but the outer epoll_wait = %d", n);
+	uint64_t seed = xs_seed(22, 23, 24);
+	TRY(put(s, 777, seed, 0, "server write"));
+	n = epoll_wait(outer, &o, 1, WAIT_MS);
+	REQ(n == 1 && o.data.fd == inner && (o.events & EPOLLIN),
+	    "outer epoll_wait = %d (fd %d, expected the inner epoll %d)", n, n > 0 ? o.data.fd : -1, inner);
+	n = epoll_wait(inner, &o, 1, 0);
+	REQ(n == 1 && o.data.fd == c && (o.events & EPOLLIN), "inner epoll_wait = %d", n);
+	TRY(get(c, 777, seed, 0, "read after nested epoll"));
+	n = epoll_wait(outer, &o, 1, 0);
+	REQ(n == 0, "everything read, but the outer epoll_wait = %d", n);
+	close(outer);
+	close(inner);
+	close(c);
+	close(s);
+	return 0;
+}
+
+static int c_nb_connect(void)
+{
+	int port, lfd = mk_listener(1, NULL, &port);
+	if (lfd < 0)
+		return -1;
+	int c = ddp_sock(NULL);
+	if (c < 0)
+		return -1;
+	TRY(set_nonblock(c, 1));
+	struct sockaddr_in sa = lo_addr(port);
+	int r = connect(c, (struct sockaddr *)&sa, sizeof sa);
+	REQE(r == 0 || errno == EINPROGRESS, "nonblocking connect: expected EINPROGRESS (or 0), got %d", r);
+	note("connect returned %s", r == 0 ? "0" : "EINPROGRESS");
+	int s = acc(lfd);
+	if (s < 0)
+		return -1;
+	int ev = wait_ev(c, POLLOUT, WAIT_MS);
+	REQ(ev > 0 && (ev & POLLOUT), "not writable within %d ms after connect (revents 0x%x)", WAIT_MS, ev);
+	REQ(!(ev & (POLLERR | POLLHUP)), "POLLERR/POLLHUP after connect (revents 0x%x)", ev);
+	int err = -1;
+	socklen_t l = sizeof err;
+	REQE(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &l) == 0, "getsockopt(SO_ERROR)");
+	REQ(err == 0, "SO_ERROR after connect = %d (%s)", err, xs_errname(err));
+	r = connect(c, (struct sockaddr *)&sa, sizeof sa);
+	/* Linux answers the first connect() after a completed nonblocking connect with 0, later
+	 * ones with EISCONN (EALREADY while still connecting) */
+	REQE(r == 0 || errno == EISCONN || errno == EALREADY,
+	     "connect again after completion: expected 0, EISCONN or EALREADY, got %d", r);
+	r = connect(c, (struct sockaddr *)&sa, sizeof sa);
+	REQE(r == -1 && (errno == EISCONN || errno == EALREADY), "connect a third time: %d, expected EISCONN", r);
+	TRY(both_ways(c, s, "after nonblocking connect"));
+	struct ddp_conn_info ci = { .state = DDP_STATE_RTS, .initiator = 1 };
+	if (!tcp_mode)
+		TRY(get_info(c, &ci));
+	REQ(ci.state == DDP_STATE_RTS && ci.initiator == 1, "DDP_CONN_INFO: state %u initiator %u",
+	    ci.state, ci.initiator);
+	close(lfd);
+	close(c);
+	close(s);
+	return 0;
+}
+
+/* A nonblocking connect to a port nobody listens on: the refusal is reported (SO_ERROR after
+ * POLLOUT/POLLERR, or the error on the next read), bounded. */
+static int c_nb_connect_refused(void)
+{
+	int port, lfd = mk_listener(0, NULL, &port);
+	if (lfd < 0)
+		return -1;
+	close(lfd); /* nobody listens on port now */
+	int c = ddp_sock(NULL);
+	if (c < 0)
+		return -1;
+	TRY(set_nonblock(c, 1));
+	struct sockaddr_in sa = lo_addr(port);
+	int r = connect(c, (struct sockaddr *)&sa, sizeof sa);
+	if (r != 0 && errno == ECONNREFUSED) {
+		note("connect reported ECONNREFUSED at once");
+		close(c);
+		return 0;
+	}
+	REQE(r != 0 && errno == EINPROGRESS, "nonblocking connect to a closed port: %d", r);
+	uint64_t dl = xs_deadline(WAIT_MS);
+	int err = 0;
+	for (;;) {
+		int ev = wait_ev(c, POLLOUT | POLLIN, xs_ms_left(dl));
+		REQ(ev > 0, "the refusal was not reported within %d ms", WAIT_MS);
+		socklen_t l = sizeof err;
+		REQE(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &l) == 0, "getsockopt(SO_ERROR)");
+		if (err)
+			break;
+		if (ev & (POLLIN | POLLHUP | POLLERR)) {
+			char x;
+			ssize_t n = read(c, &x, 1);
+			if (n < 0 && errno != EAGAIN) {
+				err = errno;
+				break;
+			}
+			REQ(n != 1, "read data from a refused connection");
+			if (n == 0) {
+				/* EOF: SO_ERROR must say why */
+				REQE(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &l) == 0, "getsockopt(SO_ERROR)");
+				REQ(err != 0, "refused connection: EOF with SO_ERROR 0");
+				break;
+			}
+		}
+		REQ(xs_ms_left(dl) > 0, "the refusal was not reported within %d ms (poll 0x%x, SO_ERROR 0)",
+		    WAIT_MS, ev);
+		sleep_ms(2); /* POLLOUT is immediate on a queued connect: bounded polling */
+	}
+	REQ(err == ECONNREFUSED, "refused connection reported as %s, expected ECONNREFUSED", xs_errname(err));
+	close(c);
+	return 0;
+}
+
+static int c_nb_accept(void)
+{
+	int port, lfd = mk_listener(1, NULL, &port);
+	if (lfd < 0)
+		return -1;
+	TRY(set_nonblock(lfd, 1));
+	int r = accept(lfd, NULL, NULL);
+	REQE(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK),
+	     "nonblocking listener, nobody connecting: accept = %d", r);
+	for (int round = 0; round < 2; round++) {
+		struct conn_arg a = { .port = port, .ddp = 1, .fd = -1 };
+		pthread_t t;
+		REQ(pthread_create(&t, NULL, connector, &a) == 0, "pthread_create");
+		int s = acc_flags(lfd, round == 0 ? -1 : SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (s < 0)
+			return -1;
+		int fl = fcntl(s, F_GETFL), fdfl = fcntl(s, F_GETFD);
+		if (round == 0) {
+			REQ(!(fl & O_NONBLOCK), "accept() from a nonblocking listener: O_NONBLOCK set "
+						"(Linux does not inherit it)");
+			REQ(!(fdfl & FD_CLOEXEC), "accept(): FD_CLOEXEC set");
+		} else {
+			REQ(fl & O_NONBLOCK, "accept4(SOCK_NONBLOCK): O_NONBLOCK not set");
+			REQ(fdfl & FD_CLOEXEC, "accept4(SOCK_CLOEXEC): FD_CLOEXEC not set");
+			char x;
+			ssize_t n = read(s, &x, 1);
+			REQE(n < 0 && errno == EAGAIN, "accept4(SOCK_NONBLOCK), nothing sent: read = %zd", n);
+		}
+		TRY(timed_join(t, WAIT_MS + 2000, "connect"));
+		REQ(a.fd >= 0, "connect: %s", xs_errname(a.err));
+		TRY(both_ways(a.fd, s, round == 0 ? "accept" : "accept4"));
+		struct ddp_conn_info ci = { .state = DDP_STATE_RTS };
+		if (!tcp_mode)
+			TRY(get_info(s, &ci));
+		REQ(ci.state == DDP_STATE_RTS && ci.initiator == 0, "accepted: state %u initiator %u",
+		    ci.state, ci.initiator);
+		close(a.fd);
+		close(s);
+	}
+	close(lfd);
+	return 0;
+}
+
+static int c_nb_read(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	TRY(set_nonblock(c, 1));
+	char buf[64];
+	ssize_t r = read(c, buf, sizeof buf);
+	REQE(r < 0 && errno == EAGAIN, "O_NONBLOCK, nothing sent: read = %zd", r);
+	r = recv(c, buf, sizeof buf, 0);
+	REQE(r < 0 && errno == EAGAIN, "O_NONBLOCK: recv = %zd", r);
+	struct iovec iov = { buf, sizeof buf };
+	r = readv(c, &iov, 1);
+	REQE(r < 0 && errno == EAGAIN, "O_NONBLOCK: readv = %zd", r);
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	r = recvmsg(c, &mh, 0);
+	REQE(r < 0 && errno == EAGAIN, "O_NONBLOCK: recvmsg = %zd", r);
+	TRY(set_nonblock(c, 0));
+	r = recv(c, buf, sizeof buf, MSG_DONTWAIT);
+	REQE(r < 0 && errno == EAGAIN, "blocking socket, recv(MSG_DONTWAIT) = %zd", r);
+	TRY(set_nonblock(c, 1));
+	TRY(xfer(s, c, 500, "nonblocking read of data"));
+	r = read(c, buf, sizeof buf);
+	REQE(r < 0 && errno == EAGAIN, "everything read: read = %zd", r);
+	close(c);
+	close(s);
+	return 0;
+}
+
+/* Nonblocking writes into a peer that does not read: EAGAIN eventually, not writable then;
+ * writable again once the peer drains; every byte arrives. */
+struct drain_arg {
+	int fd;
+	uint64_t seed;
+	size_t total;
+	int result;
+};
+static void *drainer(void *p)
+{
+	struct drain_arg *a = p;
+	a->result = get(a->fd, a->total, a->seed, 0, "draining the peer");
+	return NULL;
+}
+
+static int c_nb_write_full(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	TRY(set_nonblock(c, 1));
+	const size_t chunk = 65536, cap = 512u << 20;
+	uint8_t *buf = malloc(chunk);
+	uint64_t seed = xs_seed(25, 26, 27);
+	size_t off = 0;
+	int eagain = 0;
+	uint64_t dl = xs_deadline(20000);
+	while (off < cap && xs_ms_left(dl) > 0) {
+		xs_fill(buf, chunk, seed, off);
+		ssize_t r = write(c, buf, chunk);
+		if (r > 0) {
+			off += (size_t)r;
+			continue; /* a partial write: the next fill starts at the new offset */
+		}
+		REQE(r < 0 && (errno == EAGAIN || errno == EINTR), "nonblocking write");
+		if (errno == EAGAIN) {
+			eagain = 1;
+			break;
+		}
+	}
+	REQ(eagain, "no EAGAIN after %zu bytes written to a peer that does not read", off);
+	note("EAGAIN after %zu bytes", off);
+	struct pollfd p = { .fd = c, .events = POLLOUT };
+	int pr = poll(&p, 1, 0);
+	int pollout_while_full = pr == 1 && (p.revents & POLLOUT);
+	/* drain on the peer in a thread, then POLLOUT must come back (bounded) */
+	struct drain_arg d = { .fd = s, .seed = seed, .total = off };
+	pthread_t t;
+	REQ(pthread_create(&t, NULL, drainer, &d) == 0, "pthread_create");
+	int ev = wait_ev(c, POLLOUT, WAIT_MS);
+	int pollout_after = ev > 0 && (ev & POLLOUT);
+	TRY(timed_join(t, 60000, "drainer"));
+	REQ(d.result == 0, "the peer did not receive every byte written before EAGAIN");
+	free(buf);
+	REQ(!pollout_while_full, "write said EAGAIN but poll reports POLLOUT at once (an event loop "
+				 "would spin): %zu bytes buffered", off);
+	REQ(pollout_after, "not writable again within %d ms after the peer drained", WAIT_MS);
+	TRY(set_nonblock(c, 0));
+	TRY(both_ways(c, s, "after the full buffer"));
+	close(c);
+	close(s);
+	return 0;
+}
+
+static int c_fcntl(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	int fl = fcntl(c, F_GETFL);
+	REQE(fl >= 0, "F_GETFL");
+	REQ((fl & O_ACCMODE) == O_RDWR && !(fl & O_NONBLOCK), "F_GETFL = 0x%x: expected O_RDWR, blocking", fl);
+	REQE(fcntl(c, F_SETFL, fl | O_NONBLOCK) == 0, "F_SETFL O_NONBLOCK");
+	int fl2 = fcntl(c, F_GETFL);
+	REQ(fl2 & O_NONBLOCK, "F_SETFL O_NONBLOCK not reflected by F_GETFL (0x%x)", fl2);
+	char buf[16];
+	ssize_t r = read(c, buf, sizeof buf);
+	REQE(r < 0 && errno == EAGAIN, "after F_SETFL O_NONBLOCK: read = %zd", r);
+	REQE(fcntl(c, F_SETFL, fl2 & ~O_NONBLOCK) == 0, "F_SETFL blocking");
+	REQ(!(fcntl(c, F_GETFL) & O_NONBLOCK), "O_NONBLOCK cleared, F_GETFL still shows it");
+	REQ(fcntl(c, F_GETFD) == 0, "F_GETFD = 0x%x, expected 0", fcntl(c, F_GETFD));
+	REQE(fcntl(c, F_SETFD, FD_CLOEXEC) == 0, "F_SETFD FD_CLOEXEC");
+	REQ(fcntl(c, F_GETFD) == FD_CLOEXEC, "F_SETFD not reflected");
+	REQE(fcntl(c, F_SETFD, 0) == 0, "F_SETFD 0");
+	/* blocking again: a blocking read with SO_RCVTIMEO 200 ms waits, then EAGAIN */
+	struct timeval tv = { 0, 200000 };
+	REQE(setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0, "SO_RCVTIMEO");
+	uint64_t t0 = xs_now_ns();
+	r = read(c, buf, sizeof buf);
+	uint64_t ms = (xs_now_ns() - t0) / 1000000;
+	REQE(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK),
+	     "blocking read with SO_RCVTIMEO 200 ms, nothing sent: %zd after %llu ms", r,
+	     (unsigned long long)ms);
+	REQ(ms >= 150 && ms < 3000, "SO_RCVTIMEO 200 ms: the read returned after %llu ms",
+	    (unsigned long long)ms);
+	tv = (struct timeval){ 0, 0 };
+	REQE(setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0, "SO_RCVTIMEO 0");
+	/* F_DUPFD */
+	int d = fcntl(c, F_DUPFD_CLOEXEC, 200);
+	REQE(d >= 200, "F_DUPFD_CLOEXEC 200");
+	REQ(fcntl(d, F_GETFD) == FD_CLOEXEC, "F_DUPFD_CLOEXEC: FD_CLOEXEC not set");
+	TRY(both_ways(d, s, "via F_DUPFD_CLOEXEC copy"));
+	close(d);
+	TRY(both_ways(c, s, "after closing the F_DUPFD copy"));
+	close(c);
+	close(s);
+	return 0;
+}
+
+static int c_ioctl(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	int one = 1, zero = 0, avail = -1;
+	REQE(ioctl(c, FIONBIO, &one) == 0, "ioctl(FIONBIO, 1)");
+	REQ(fcntl(c, F_GETFL) & O_NONBLOCK, "FIONBIO 1: F_GETFL shows no O_NONBLOCK");
+	char buf[16];
+	ssize_t r = read(c, buf, sizeof buf);
+	REQE(r < 0 && errno == EAGAIN, "after FIONBIO 1: read = %zd", r);
+	REQE(ioctl(c, FIONREAD, &avail) == 0, "ioctl(FIONREAD)");
+	REQ(avail == 0, "nothing sent: FIONREAD = %d", avail);
+	uint64_t seed = xs_seed(28, 29, 30);
+	TRY(put(s, 777, seed, 0, "server write"));
+	uint64_t dl = xs_deadline(WAIT_MS);
+	do {
+		REQE(ioctl(c, FIONREAD, &avail) == 0, "ioctl(FIONREAD)");
+		if (avail == 777)
+			break;
+		REQ(avail >= 0 && avail < 777, "FIONREAD = %d, expected <= 777", avail);
+		sleep_ms(1); /* bounded polling: the bytes arrive in pieces */
+	} while (xs_ms_left(dl) > 0);
+	REQ(avail == 777, "FIONREAD = %d, expected 777 within %d ms", avail, WAIT_MS);
+	int inq = -1;
+	REQE(ioctl(c, SIOCINQ, &inq) == 0 && inq == 777, "SIOCINQ = %d", inq);
+	TRY(get(c, 300, seed, 0, "first 300 bytes"));
+	REQE(ioctl(c, FIONREAD, &avail) == 0 && avail == 477, "FIONREAD after reading 300 = %d", avail);
+	TRY(get(c, 477, seed, 300, "the rest"));
+	REQE(ioctl(c, FIONREAD, &avail) == 0 && avail == 0, "FIONREAD after reading all = %d", avail);
+	REQE(ioctl(c, FIONBIO, &zero) == 0, "ioctl(FIONBIO, 0)");
+	REQ(!(fcntl(c, F_GETFL) & O_NONBLOCK), "FIONBIO 0: F_GETFL still shows O_NONBLOCK");
+	TRY(both_ways(c, s, "after FIONBIO 0"));
+	close(c);
+	close(s);
+	return 0;
+}
+
+static int c_dup(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	int d1 = dup(c);
+	REQE(d1 >= 0, "dup");
+	int d2 = dup2(c, 150);
+	REQE(d2 == 150, "dup2(c, 150)");
+	int d3 = dup3(c, 151, O_CLOEXEC);
+	REQE(d3 == 151, "dup3(c, 151, O_CLOEXEC)");
+	REQ(fcntl(d3, F_GETFD) == FD_CLOEXEC && fcntl(d2, F_GETFD) == 0 && fcntl(c, F_GETFD) == 0,
+	    "FD_CLOEXEC: only the dup3(O_CLOEXEC) copy must have it");
+	/* dup2 over an fd that is already a DDP socket of another connection */
+	int c2, s2;
+	TRY(mkpair(&c2, &s2));
+	TRY(both_ways(c2, s2, "second connection"));
+	REQE(dup2(c, c2) == c2, "dup2(c, c2) over another DDP socket (closes it)");
+	TRY(expect_eof(s2, "the replaced connection's peer"));
+	close(s2);
+	/* every copy carries the same connection */
+	TRY(xfer(d1, s, 3000, "write via dup"));
+	TRY(xfer(s, d2, 3000, "read via dup2"));
+	TRY(xfer(c2, s, 1000, "write via the dup2'd-over fd"));
+	struct ddp_conn_info ci = { .state = DDP_STATE_RTS };
+	if (!tcp_mode)
+		TRY(get_info(d3, &ci));
+	REQ(ci.state == DDP_STATE_RTS, "DDP_CONN_INFO via dup3 copy: state %u", ci.state);
+	/* closing all but one keeps the connection */
+	close(c);
+	close(d1);
+	close(d2);
+	close(c2);
+	TRY(both_ways(d3, s, "the last copy after closing the others"));
+	/* the peer sees nothing yet */
+	struct pollfd p = { .fd = s, .events = POLLIN };
+	REQ(poll(&p, 1, 50) == 0, "the peer sees an event (0x%x) while a copy is still open", p.revents);
+	close(d3);
+	TRY(expect_eof(s, "peer after the last copy was closed"));
+	close(s);
+	return 0;
+}
+
+/* close() from another thread while a thread is blocked in read(): the read returns, bounded. */
+struct rd_arg {
+	int fd;
+	volatile int entered;
+	volatile pid_t tid;
+	ssize_t r;
+	int err;
+	volatile int done;
+	uint8_t buf[256];
+};
+static void *blocked_reader(void *p)
+{
+	struct rd_arg *a = p;
+	a->tid = gettid();
+	__atomic_store_n(&a->entered, 1, __ATOMIC_RELEASE);
+	a->r = read(a->fd, a->buf, sizeof a->buf);
+	a->err = errno;
+	a->done = 1;
+	return NULL;
+}
+
+static int c_close_blocked_read(void)
+{
+	if (tcp_mode)
+		return CASE_SKIP; /* Linux leaves the reader of a closed TCP socket blocked */
+	int c, s;
+	TRY(mkpair(&c, &s));
+	TRY(both_ways(c, s, "before"));
+	struct rd_arg a = { .fd = c };
+	pthread_t t;
+	REQ(pthread_create(&t, NULL, blocked_reader, &a) == 0, "pthread_create");
+	TRY(wait_blocked(&a.tid, &a.entered, "reader"));
+	uint64_t t0 = xs_now_ns();
+	REQE(close(c) == 0, "close while another thread reads");
+	uint64_t close_ms = (xs_now_ns() - t0) / 1000000;
+	/* Linux itself leaves a reader blocked on a closed TCP socket; the engine ends the
+	 * connection when the last fd closes, so the reader must come back (EOF or an error). */
+	if (timed_join(t, WAIT_MS, "read blocked during close") != 0) {
+		/* unblock it so that the process can end: the peer sends */
+		return -1;
+	}
+	uint64_t ms = (xs_now_ns() - t0) / 1000000;
+	REQ(a.r <= 0, "the blocked read returned %zd bytes of data nobody sent", a.r);
+	note("close took %llu ms; the blocked read returned %zd (%s) after %llu ms",
+	     (unsigned long long)close_ms, a.r, a.r < 0 ? xs_errname(a.err) : "EOF",
+	     (unsigned long long)ms);
+	TRY(expect_eof(s, "peer after close"));
+	close(s);
+	return 0;
+}
+
+static int c_shutdown_wr(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	uint64_t seed = xs_seed(31, 32, 33);
+	TRY(put(c, 20000, seed, 0, "data before SHUT_WR"));
+	REQE(shutdown(c, SHUT_WR) == 0, "shutdown(SHUT_WR)");
+	TRY(get(s, 20000, seed, 0, "peer reads the data before the EOF"));
+	TRY(expect_eof(s, "peer after SHUT_WR"));
+	/* the peer can still send back, and we read it */
+	TRY(xfer(s, c, 30000, "peer sends back after our SHUT_WR"));
+	TRY(xfer(s, c, 17, "and again"));
+	/* writing after SHUT_WR: EPIPE (MSG_NOSIGNAL), and SIGPIPE without it */
+	ssize_t r = send(c, "x", 1, MSG_NOSIGNAL);
+	REQE(r < 0 && errno == EPIPE, "send after SHUT_WR: %zd, expected EPIPE", r);
+	sigset_t set, old;
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, &old);
+	r = write(c, "x", 1);
+	int e = errno;
+	struct timespec zero = { 0, 0 };
+	int sig = sigtimedwait(&set, NULL, &zero);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = e;
+	REQE(r < 0 && errno == EPIPE, "write after SHUT_WR: %zd, expected EPIPE", r);
+	REQ(sig == SIGPIPE, "write after SHUT_WR without MSG_NOSIGNAL raised no SIGPIPE");
+	REQE(shutdown(s, SHUT_WR) == 0, "peer shutdown(SHUT_WR)");
+	TRY(expect_eof(c, "our EOF after the peer's SHUT_WR"));
+	close(c);
+	close(s);
+	return 0;
+}
+
+static int same_addr(const struct sockaddr_in *a, const struct sockaddr_in *b)
+{
+	return a->sin_family == b->sin_family && a->sin_port == b->sin_port &&
+	       a->sin_addr.s_addr == b->sin_addr.s_addr;
+}
+
+struct sockq {
+	int type, domain, proto, error, nodelay, rcvbuf, acceptconn, keepalive;
+};
+static int sock_query(int fd, struct sockq *q, const char *who)
+{
+	socklen_t l;
+#define GO(level, opt, field)                                                                     \
+	l = sizeof q->field;                                                                      \
+	REQE(getsockopt(fd, level, opt, &q->field, &l) == 0, "%s: getsockopt(" #opt ")", who);
+	GO(SOL_SOCKET, SO_TYPE, type)
+	GO(SOL_SOCKET, SO_DOMAIN, domain)
+	GO(SOL_SOCKET, SO_PROTOCOL, proto)
+	GO(SOL_SOCKET, SO_ERROR, error)
+	GO(IPPROTO_TCP, TCP_NODELAY, nodelay)
+	GO(SOL_SOCKET, SO_RCVBUF, rcvbuf)
+	GO(SOL_SOCKET, SO_ACCEPTCONN, acceptconn)
+	GO(SOL_SOCKET, SO_KEEPALIVE, keepalive)
+#undef GO
+	return 0;
+}
+
+static int c_sockname(void)
+{
+	int port, lfd = mk_listener(1, NULL, &port);
+	if (lfd < 0)
+		return -1;
+	int acon = -1;
+	socklen_t l = sizeof acon;
+	REQE(getsockopt(lfd, SOL_SOCKET, SO_ACCEPTCONN, &acon, &l) == 0 && acon == 1,
+	     "DDP listener: SO_ACCEPTCONN = %d", acon);
+	int c, s;
+	TRY(connect_accept(lfd, port, 1, NULL, &c, &s));
+	int tc, ts;
+	TRY(mkpair_o(0, NULL, NULL, &tc, &ts));
+	struct sockaddr_in cl, cp, sl, sp;
+	l = sizeof cl;
+	REQE(getsockname(c, (struct sockaddr *)&cl, &l) == 0 && l == sizeof cl, "getsockname(client)");
+	l = sizeof cp;
+	REQE(getpeername(c, (struct sockaddr *)&cp, &l) == 0 && l == sizeof cp, "getpeername(client)");
+	l = sizeof sl;
+	REQE(getsockname(s, (struct sockaddr *)&sl, &l) == 0 && l == sizeof sl, "getsockname(accepted)");
+	l = sizeof sp;
+	REQE(getpeername(s, (struct sockaddr *)&sp, &l) == 0 && l == sizeof sp, "getpeername(accepted)");
+	struct sockaddr_in want = lo_addr(port);
+	REQ(cl.sin_family == AF_INET && cl.sin_addr.s_addr == htonl(INADDR_LOOPBACK) && cl.sin_port != 0,
+	    "client getsockname: family %d addr 0x%08x port %d", cl.sin_family, ntohl(cl.sin_addr.s_addr),
+	    ntohs(cl.sin_port));
+	REQ(same_addr(&cp, &want), "client getpeername: port %d, expected the listener's %d",
+	    ntohs(cp.sin_port), port);
+	REQ(same_addr(&sl, &want), "accepted getsockname: port %d, expected %d", ntohs(sl.sin_port), port);
+	REQ(same_addr(&sp, &cl), "accepted getpeername (port %d) != client getsockname (port %d)",
+	    ntohs(sp.sin_port), ntohs(cl.sin_port));
+	/* accept's address argument too */
+	struct conn_arg a = { .port = port, .ddp = 1, .fd = -1 };
+	pthread_t t;
+	REQ(pthread_create(&t, NULL, connector, &a) == 0, "pthread_create");
+	struct pollfd p = { .fd = lfd, .events = POLLIN };
+	REQ(poll(&p, 1, WAIT_MS) == 1, "no connection");
+	struct sockaddr_in aa;
+	socklen_t al = sizeof aa;
+	int s3 = accept(lfd, (struct sockaddr *)&aa, &al);
+	REQE(s3 >= 0, "accept with address");
+	TRY(timed_join(t, WAIT_MS + 2000, "connect"));
+	REQ(a.fd >= 0, "connect: %s", xs_errname(a.err));
+	struct sockaddr_in a3;
+	l = sizeof a3;
+	REQE(getsockname(a.fd, (struct sockaddr *)&a3, &l) == 0, "getsockname");
+	REQ(al == sizeof aa && same_addr(&aa, &a3), "accept's address (port %d) != the client's (port %d)",
+	    ntohs(aa.sin_port), ntohs(a3.sin_port));
+	close(a.fd);
+	close(s3);
+	/* socket options: the same answers as a TCP socket */
+	int one = 1, rb = 65536;
+	const int fds[4] = { c, s, tc, ts };
+	for (int i = 0; i < 4; i++) {
+		REQE(setsockopt(fds[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0, "TCP_NODELAY");
+		REQE(setsockopt(fds[i], SOL_SOCKET, SO_RCVBUF, &rb, sizeof rb) == 0, "SO_RCVBUF");
+	}
+	struct sockq q[4];
+	const char *names[4] = { "DDP client", "DDP accepted", "TCP client", "TCP accepted" };
+	for (int i = 0; i < 4; i++)
+		TRY(sock_query(fds[i], &q[i], names[i]));
+	for (int i = 0; i < 2; i++) {
+		const struct sockq *d = &q[i], *b = &q[i + 2];
+		REQ(d->type == SOCK_STREAM && d->type == b->type, "%s: SO_TYPE %d, TCP %d", names[i], d->type, b->type);
+		REQ(d->domain == b->domain, "%s: SO_DOMAIN %d, TCP %d", names[i], d->domain, b->domain);
+		REQ(d->proto == b->proto, "%s: SO_PROTOCOL %d, TCP %d", names[i], d->proto, b->proto);
+		REQ(d->error == 0 && b->error == 0, "%s: SO_ERROR %d", names[i], d->error);
+		REQ(d->nodelay == b->nodelay && d->nodelay != 0, "%s: TCP_NODELAY %d, TCP %d", names[i],
+		    d->nodelay, b->nodelay);
+		REQ(d->rcvbuf == b->rcvbuf, "%s: SO_RCVBUF %d after setting 65536, TCP %d", names[i], d->rcvbuf,
+		    b->rcvbuf);
+		REQ(d->acceptconn == 0, "%s: SO_ACCEPTCONN %d", names[i], d->acceptconn);
+		REQ(d->keepalive == b->keepalive, "%s: SO_KEEPALIVE %d, TCP %d", names[i], d->keepalive,
+		    b->keepalive);
+	}
+	note("SO_TYPE %d SO_DOMAIN %d SO_PROTOCOL %d TCP_NODELAY %d SO_RCVBUF %d (TCP: %d)", q[0].type,
+	     q[0].domain, q[0].proto, q[0].nodelay, q[0].rcvbuf, q[2].rcvbuf);
+	int zero = 0, v = -1;
+	REQE(setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &zero, sizeof zero) == 0, "TCP_NODELAY 0");
+	l = sizeof v;
+	REQE(getsockopt(c, IPPROTO_TCP, TCP_NODELAY, &v, &l) == 0 && v == 0, "TCP_NODELAY after setting 0: %d", v);
+	struct stat st;
+	REQE(fstat(c, &st) == 0 && S_ISSOCK(st.st_mode), "fstat: not S_ISSOCK");
+	TRY(both_ways(c, s, "after the queries"));
+	close(c);
+	close(s);
+	close(tc);
+	close(ts);
+	close(lfd);
+	return 0;
+}
+
+static volatile sig_atomic_t sig_count;
+static void on_usr1(int sig)
+{
+	(void)sig;
+	sig_count++;
+}
+
+struct eintr_arg {
+	int fd;
+	volatile int entered;
+	volatile pid_t tid;
+	size_t want;
+	size_t got;
+	int saw_eintr;
+	ssize_t r;
+	int err;
+	uint8_t buf[256];
+};
+static void *eintr_reader(void *p)
+{
+	struct eintr_arg *a = p;
+	a->tid = gettid();
+	__atomic_store_n(&a->entered, 1, __ATOMIC_RELEASE);
+	while (a->got < a->want) {
+		ssize_t r = read(a->fd, a->buf + a->got, a->want - a->got);
+		a->r = r;
+		if (r > 0) {
+			a->got += (size_t)r;
+			continue;
+		}
+		a->err = errno;
+		if (r < 0 && errno == EINTR)
+			a->saw_eintr = 1;
+		break;
+	}
+	return NULL;
+}
+
+static int c_eintr(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	struct sigaction sa = { .sa_handler = on_usr1 }, old;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = 0; /* no SA_RESTART */
+	REQE(sigaction(SIGUSR1, &sa, &old) == 0, "sigaction");
+	struct eintr_arg a = { .fd = c, .want = 100 };
+	pthread_t t;
+	REQ(pthread_create(&t, NULL, eintr_reader, &a) == 0, "pthread_create");
+	TRY(wait_blocked(&a.tid, &a.entered, "reader"));
+	int before = sig_count;
+	REQ(pthread_kill(t, SIGUSR1) == 0, "pthread_kill");
+	TRY(timed_join(t, WAIT_MS, "blocking read interrupted by a signal without SA_RESTART"));
+	REQ(sig_count == before + 1, "the handler did not run");
+	REQ(a.r == -1 && a.err == EINTR, "blocking read + signal without SA_RESTART: read = %zd (%s), "
+					 "expected -1 EINTR", a.r, a.r < 0 ? xs_errname(a.err) : "data");
+	/* with SA_RESTART: the read goes on and completes with the data */
+	sa.sa_flags = SA_RESTART;
+	REQE(sigaction(SIGUSR1, &sa, NULL) == 0, "sigaction(SA_RESTART)");
+	struct eintr_arg b = { .fd = c, .want = 100 };
+	REQ(pthread_create(&t, NULL, eintr_reader, &b) == 0, "pthread_create");
+	TRY(wait_blocked(&b.tid, &b.entered, "reader"));
+	before = sig_count;
+	REQ(pthread_kill(t, SIGUSR1) == 0, "pthread_kill");
+	uint64_t dl = xs_deadline(WAIT_MS);
+	while (sig_count == before && xs_ms_left(dl) > 0)
+		sleep_ms(1); /* bounded: wait for the handler */
+	REQ(sig_count == before + 1, "the handler did not run within %d ms", WAIT_MS);
+	/* the read is restarted: it must not return EINTR but complete with data sent now */
+	uint64_t seed = xs_seed(34, 35, 36);
+	TRY(put(s, 100, seed, 0, "data for the restarted read"));
+	TRY(timed_join(t, WAIT_MS, "restarted read"));
+	REQ(!b.saw_eintr, "SA_RESTART: the read returned EINTR");
+	REQ(b.got == 100, "SA_RESTART: the read got %zu of 100 bytes (last %zd %s)", b.got, b.r,
+	    xs_errname(b.err));
+	size_t bad;
+	REQ(xs_check(b.buf, 100, seed, 0, &bad) == 0, "content mismatch at %zu", bad);
+	sigaction(SIGUSR1, &old, NULL);
+	TRY(both_ways(c, s, "after the signals"));
+	close(c);
+	close(s);
+	return 0;
+}
+
+/* wait for a child, bounded; returns its status or -1 (killed after the bound) */
+static int wait_child(pid_t pid, int ms, int *status)
+{
+	uint64_t dl = xs_deadline(ms);
+	for (;;) {
+		pid_t r = waitpid(pid, status, WNOHANG);
+		if (r == pid)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return fail_(__LINE__, 1, errno, "waitpid");
+		if (xs_ms_left(dl) == 0) {
+			kill(pid, SIGKILL);
+			waitpid(pid, status, 0);
+			return fail_(__LINE__, 0, 0, "child %d did not finish within %d ms (killed)", (int)pid, ms);
+		}
+		sleep_ms(2); /* bounded polling for the child's exit */
+	}
+}
+
+static int fork_child_body(int c)
+{
+	cur_case = "fork (child)";
+	uint64_t sd1 = xs_seed(40, 41, 42), sd2 = xs_seed(43, 44, 45);
+	TRY(put(c, 2000, sd1, 0, "child writes on the inherited DDP fd"));
+	TRY(get(c, 3000, sd2, 0, "child reads on the inherited DDP fd"));
+	if (tcp_mode)
+		return 0;
+	/* extension calls on the inherited socket: EOPNOTSUPP */
+	static uint8_t mb[4096];
+	struct iovec iov = { mb, 64 };
+	errno = 0;
+	int r = ddp_post_send(c, 1, &iov, 1, DDP_SIGNALED);
+	REQE(r == -1 && errno == EOPNOTSUPP, "child: ddp_post_send on the inherited fd = %d, expected EOPNOTSUPP", r);
+	uint32_t st;
+	r = ddp_reg_mr(c, mb, sizeof mb, DDP_ACCESS_LOCAL_WRITE, &st);
+	REQE(r == -1 && errno == EOPNOTSUPP, "child: ddp_reg_mr on the inherited fd = %d, expected EOPNOTSUPP", r);
+	struct ddp_wc wc;
+	r = ddp_poll(c, &wc, 1);
+	REQE(r == -1 && errno == EOPNOTSUPP, "child: ddp_poll on the inherited fd = %d, expected EOPNOTSUPP", r);
+	/* the child's own new DDP connection works, extension API included */
+	int c2, s2;
+	TRY(mkpair(&c2, &s2));
+	TRY(both_ways(c2, s2, "child's own connection"));
+	static uint8_t rb[1024], sb[1024];
+	uint64_t s3 = xs_seed(46, 47, 48);
+	xs_fill(sb, sizeof sb, s3, 0);
+	struct iovec ri = { rb, sizeof rb }, si = { sb, sizeof sb };
+	REQE(ddp_post_recv(s2, 7, &ri, 1) == 0, "child: ddp_post_recv on its own connection");
+	REQE(ddp_post_send(c2, 8, &si, 1, DDP_SIGNALED) == 0, "child: ddp_post_send on its own connection");
+	r = ddp_wait(s2, &wc, 1, WAIT_MS);
+	REQE(r == 1 && wc.status == DDP_WC_SUCCESS && wc.wr_id == 7 && wc.byte_len == sizeof sb,
+	     "child: receive completion: r %d status %u wr_id %llu len %u", r, wc.status,
+	     (unsigned long long)wc.wr_id, wc.byte_len);
+	REQ(memcmp(rb, sb, sizeof sb) == 0, "child: received message differs");
+	r = ddp_wait(c2, &wc, 1, WAIT_MS);
+	REQE(r == 1 && wc.status == DDP_WC_SUCCESS && wc.wr_id == 8, "child: send completion r %d", r);
+	close(c2);
+	close(s2);
+	return 0;
+}
+
+static int c_fork(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	TRY(both_ways(c, s, "before fork"));
+	fflush(stdout);
+	pid_t pid = fork();
+	REQE(pid >= 0, "fork");
+	if (pid == 0) {
+		int r = fork_child_body(c);
+		fflush(stdout);
+		_exit(r == 0 ? 0 : 1);
+	}
+	uint64_t sd1 = xs_seed(40, 41, 42), sd2 = xs_seed(43, 44, 45);
+	TRY(get(s, 2000, sd1, 0, "parent's peer reads what the child wrote"));
+	TRY(put(s, 3000, sd2, 0, "parent's peer writes for the child"));
+	int st;
+	TRY(wait_child(pid, 20000, &st));
+	REQ(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status 0x%x)", st);
+	/* the parent's connection survives the child's exit, extension API included */
+	TRY(both_ways(c, s, "parent after the child exited"));
+	if (tcp_mode)
+		return 0;
+	static uint8_t rb[512], sb[512];
+	uint64_t s3 = xs_seed(49, 50, 51);
+	xs_fill(sb, sizeof sb, s3, 0);
+	struct iovec ri = { rb, sizeof rb }, si = { sb, sizeof sb };
+	REQE(ddp_post_recv(s, 1, &ri, 1) == 0, "parent: ddp_post_recv");
+	REQE(ddp_post_send(c, 2, &si, 1, DDP_SIGNALED) == 0, "parent: ddp_post_send");
+	struct ddp_wc wc;
+	int r = ddp_wait(s, &wc, 1, WAIT_MS);
+	REQE(r == 1 && wc.status == DDP_WC_SUCCESS && wc.byte_len == sizeof sb, "parent: receive completion r %d", r);
+	REQ(memcmp(rb, sb, sizeof sb) == 0, "parent: received message differs");
+	r = ddp_wait(c, &wc, 1, WAIT_MS);
+	REQE(r == 1 && wc.status == DDP_WC_SUCCESS, "parent: send completion r %d", r);
+	close(c);
+	close(s);
+	return 0;
+}
+
+/* the exec'd program: the inherited DDP fd reads EOF (docs/engine.md) */
+static int exec_child(int fd)
+{
+	cur_case = "fork-exec (exec'd program)";
+	int ev = wait_ev(fd, POLLIN, WAIT_MS);
+	if (ev < 0)
+		return fail_(__LINE__, 1, errno, "poll on the inherited fd");
+	if (ev == 0)
+		return fail_(__LINE__, 0, 0, "the inherited DDP fd is not readable within %d ms "
+					     "(engine.md: it reads EOF in the new program)", WAIT_MS);
+	char buf[64];
+	ssize_t r = read(fd, buf, sizeof buf);
+	if (r != 0)
+		return fail_(__LINE__, r < 0, errno, "read on the inherited DDP fd = %zd, expected EOF (0)", r);
+	printf("  fork-exec: the exec'd program read EOF on inherited fd %d\n", fd);
+	return 0;
+}
+
+static int c_fork_exec(void)
+{
+	if (tcp_mode)
+		return CASE_SKIP; /* an exec'd program shares a TCP socket: no EOF */
+	int c, s;
+	TRY(mkpair(&c, &s));
+	TRY(both_ways(c, s, "before fork+exec"));
+	fflush(stdout);
+	pid_t pid = fork();
+	REQE(pid >= 0, "fork");
+	if (pid == 0) {
+		char fdb[16];
+		snprintf(fdb, sizeof fdb, "%d", c);
+		execl("/proc/self/exe", "ddp-fdtest", "--exec-child", fdb, (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	TRY(wait_child(pid, 20000, &st));
+	REQ(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the exec'd program failed (status 0x%x)", st);
+	/* the parent's connection is not affected */
+	TRY(both_ways(c, s, "parent after the exec'd child exited"));
+	close(c);
+	close(s);
+	return 0;
+}
+
+static int c_listener_inherit(void)
+{
+	if (tcp_mode)
+		return CASE_SKIP;
+	struct dopt lo = { .crc = 1, .markers = 1, .ird = 5, .ord = 3, .pd = 4242, .pdata = "lsnr-pd" };
+	struct dopt co = { .crc = 0, .markers = 0, .ird = -1, .ord = -1, .pd = -1, .pdata = "client-pd" };
+	int c, s;
+	TRY(mkpair_o(1, &lo, &co, &c, &s));
+	struct ddp_conn_info ci, cc;
+	TRY(get_info(s, &ci));
+	TRY(get_info(c, &cc));
+	note("accepted: rev %u crc %u markers tx %u rx %u ird %u ord %u pd %u; client: crc %u markers tx %u rx %u ird %u ord %u",
+	     ci.mpa_rev, ci.crc, ci.markers_tx, ci.markers_rx, ci.ird, ci.ord, ci.pd, cc.crc, cc.markers_tx,
+	     cc.markers_rx, cc.ird, cc.ord);
+	REQ(ci.initiator == 0 && ci.state == DDP_STATE_RTS, "accepted: initiator %u state %u", ci.initiator, ci.state);
+	REQ(ci.crc == 1 && cc.crc == 1, "CRC: the listener asked (DDP_CRC 1), the client did not: crc %u/%u",
+	    ci.crc, cc.crc);
+	REQ(ci.markers_rx == 1 && cc.markers_tx == 1, "markers: the listener asked for them: accepted rx %u, client tx %u",
+	    ci.markers_rx, cc.markers_tx);
+	REQ(ci.markers_tx == 0 && cc.markers_rx == 0, "markers toward the client, which did not ask: %u/%u",
+	    ci.markers_tx, cc.markers_rx);
+	REQ(ci.pd == 4242, "accepted socket's PD %u, the listener's DDP_PD is 4242", ci.pd);
+	REQ(ci.mpa_rev == 2, "MPA rev %u", ci.mpa_rev);
+	REQ(ci.ird == 5 && ci.ord == 3, "accepted IRD/ORD %u/%u: expected the listener's 5/3", ci.ird, ci.ord);
+	REQ(cc.ord == 5 && cc.ird == 3, "client IRD/ORD %u/%u: expected 3/5 (the listener's 5/3)", cc.ird, cc.ord);
+	/* the option values themselves */
+	int v;
+	socklen_t l;
+#define OPTEQ(fd, opt, want)                                                                     \
+	l = sizeof v;                                                                            \
+	v = -1;                                                                                  \
+	REQE(getsockopt(fd, SOL_DDP, opt, &v, &l) == 0, "getsockopt(accepted, " #opt ")");      \
+	REQ(v == (want), "accepted socket: " #opt " = %d, the listener's is %d", v, (want));
+	OPTEQ(s, DDP_MODE, 1)
+	OPTEQ(s, DDP_CRC, 1)
+	OPTEQ(s, DDP_MARKERS, 1)
+	OPTEQ(s, DDP_IRD, 5)
+	OPTEQ(s, DDP_ORD, 3)
+	OPTEQ(s, DDP_PD, 4242)
+#undef OPTEQ
+	char pd[600];
+	l = sizeof pd;
+	REQE(getsockopt(c, SOL_DDP, DDP_PEER_PRIVATE_DATA, pd, &l) == 0, "getsockopt(client, DDP_PEER_PRIVATE_DATA)");
+	REQ(l == 7 && memcmp(pd, "lsnr-pd", 7) == 0, "client sees peer private data '%.*s' (%u bytes), "
+						    "expected the listener's 'lsnr-pd'", (int)l, pd, l);
+	l = sizeof pd;
+	REQE(getsockopt(s, SOL_DDP, DDP_PEER_PRIVATE_DATA, pd, &l) == 0, "getsockopt(accepted, DDP_PEER_PRIVATE_DATA)");
+	REQ(l == 9 && memcmp(pd, "client-pd", 9) == 0, "accepted sees '%.*s'", (int)l, pd);
+	TRY(both_ways(c, s, "listener-inherit"));
+	TRY(xfer(c, s, 60000, "a larger transfer (markers, CRC)"));
+	close(c);
+	close(s);
+	return 0;
+}
+
+/* raw syscalls (not interposed): the fd is a real byte stream */
+static int c_raw_syscalls(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	uint64_t seed = xs_seed(52, 53, 54);
+	uint8_t buf[4000];
+	xs_fill(buf, 1500, seed, 0);
+	long r = syscall(SYS_write, c, buf, 1500);
+	REQE(r == 1500, "syscall(SYS_write) = %ld", r);
+	TRY(get(s, 1500, seed, 0, "peer reads what a raw write(2) sent"));
+	TRY(put(s, 4000, seed, 1500, "peer writes"));
+	size_t got = 0;
+	uint64_t dl = xs_deadline(WAIT_MS);
+	while (got < 4000) {
+		struct pollfd p = { .fd = c, .events = POLLIN };
+		struct timespec ts = { 0, 50000000 };
+		r = syscall(SYS_ppoll, &p, 1, &ts, NULL, 8);
+		REQE(r >= 0 || errno == EINTR, "syscall(SYS_ppoll)");
+		REQ(xs_ms_left(dl) > 0, "raw read: %zu of 4000 bytes within %d ms", got, WAIT_MS);
+		if (r <= 0)
+			continue;
+		r = syscall(SYS_read, c, buf + got, 4000 - got);
+		REQE(r > 0, "syscall(SYS_read) = %ld", r);
+		got += (size_t)r;
+	}
+	size_t bad;
+	REQ(xs_check(buf, 4000, seed, 1500, &bad) == 0, "raw read: content mismatch at %zu", bad);
+	TRY(both_ways(c, s, "after raw syscalls"));
+	close(c);
+	close(s);
+	return 0;
+}
+
+/* readv/writev, sendmsg/recvmsg, MSG_PEEK, MSG_WAITALL */
+static int c_msg_io(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	uint64_t seed = xs_seed(55, 56, 57);
+	uint8_t out[2137], in[2137];
+	xs_fill(out, sizeof out, seed, 0);
+	struct iovec wv[3] = { { out, 100 }, { out + 100, 2000 }, { out + 2100, 37 } };
+	ssize_t r = writev(c, wv, 3);
+	REQE(r == 2137, "writev = %zd", r);
+	REQ(wait_ev(s, POLLIN, WAIT_MS) > 0, "no data");
+	uint8_t pk[16];
+	r = recv(s, pk, sizeof pk, MSG_PEEK);
+	REQE(r > 0 && memcmp(pk, out, (size_t)r) == 0, "MSG_PEEK = %zd / content", r);
+	r = recv(s, in, sizeof in, MSG_WAITALL);
+	REQE(r == 2137, "recv(MSG_WAITALL) = %zd", r);
+	REQ(memcmp(in, out, sizeof in) == 0, "writev -> recv(MSG_WAITALL): content differs");
+	xs_fill(out, sizeof out, seed, 2137);
+	struct iovec sv[2] = { { out, 1000 }, { out + 1000, 1137 } };
+	struct msghdr mh = { .msg_iov = sv, .msg_iovlen = 2 };
+	r = sendmsg(s, &mh, MSG_NOSIGNAL);
+	REQE(r == 2137, "sendmsg = %zd", r);
+	memset(in, 0, sizeof in);
+	struct iovec rv[2] = { { in, 37 }, { in + 37, 2100 } };
+	struct msghdr rh = { .msg_iov = rv, .msg_iovlen = 2 };
+	r = recvmsg(c, &rh, MSG_WAITALL);
+	REQE(r == 2137, "recvmsg(MSG_WAITALL) = %zd", r);
+	REQ(memcmp(in, out, sizeof in) == 0, "sendmsg -> recvmsg: content differs");
+	TRY(xfer(c, s, 1, "1 byte"));
+	close(c);
+	close(s);
+	return 0;
+}
+
+/* ---- the runner ------------------------------------------------------------------------------ */
+
+struct tcase {
+	const char *name;
+	int (*fn)(void);
+	const char *what;
+};
+static const struct tcase cases[] = {
+	{ "poll", c_poll, "poll/ppoll: no POLLIN before data, POLLIN after, POLLOUT" },
+	{ "select", c_select, "select/pselect readability and writability" },
+	{ "epoll-lt", c_epoll_lt, "epoll level-triggered: reported until drained, EPOLLOUT, DEL" },
+	{ "epoll-et", c_epoll_et, "epoll edge-triggered: 4000 small writes, drain to EAGAIN, no lost wakeup" },
+	{ "epoll-oneshot", c_epoll_oneshot, "EPOLLONESHOT: disarmed after one event, re-armed by MOD" },
+	{ "epoll-rdhup", c_epoll_rdhup, "EPOLLRDHUP on the peer's shutdown(SHUT_WR), data then EOF" },
+	{ "epoll-nested", c_epoll_nested, "an epoll fd inside an epoll fd" },
+	{ "nb-connect", c_nb_connect, "nonblocking connect: EINPROGRESS, writable, SO_ERROR 0, data" },
+	{ "nb-connect-refused", c_nb_connect_refused, "nonblocking connect to a closed port: ECONNREFUSED" },
+	{ "nb-accept", c_nb_accept, "nonblocking listener: EAGAIN, accept, accept4(SOCK_NONBLOCK|SOCK_CLOEXEC)" },
+	{ "nb-read", c_nb_read, "read/recv/readv/recvmsg EAGAIN, MSG_DONTWAIT" },
+	{ "nb-write-full", c_nb_write_full, "nonblocking writes to a non-reading peer: EAGAIN, POLLOUT semantics" },
+	{ "fcntl", c_fcntl, "F_GETFL/F_SETFL O_NONBLOCK, F_GETFD/F_SETFD, SO_RCVTIMEO, F_DUPFD_CLOEXEC" },
+	{ "ioctl", c_ioctl, "FIONBIO, FIONREAD/SIOCINQ" },
+	{ "dup", c_dup, "dup/dup2/dup3: every copy works, the last close ends the connection" },
+	{ "close-blocked-read", c_close_blocked_read, "close from another thread while one is blocked in read" },
+	{ "shutdown-wr", c_shutdown_wr, "SHUT_WR: peer reads EOF then still sends back; EPIPE/SIGPIPE" },
+	{ "sockname", c_sockname, "getsockname/getpeername/accept address, getsockopt as a TCP socket" },
+	{ "eintr", c_eintr, "signal during a blocking read: EINTR; with SA_RESTART the read completes" },
+	{ "fork", c_fork, "fork: child uses the inherited fd as a byte stream, ext calls EOPNOTSUPP, own connection" },
+	{ "fork-exec", c_fork_exec, "fork+exec: the inherited DDP fd reads EOF in the new program" },
+	{ "listener-inherit", c_listener_inherit, "a DDP listener's options on its accepted sockets (DDP_CONN_INFO)" },
+	{ "raw-syscalls", c_raw_syscalls, "raw write/read/ppoll syscalls on the fd" },
+	{ "msg-io", c_msg_io, "writev/readv, sendmsg/recvmsg, MSG_PEEK, MSG_WAITALL" },
+};
+#define NCASES (int)(sizeof cases / sizeof cases[0])
+
+static int run_one_inprocess(const char *name)
+{
+	for (int i = 0; i < NCASES; i++)
+		if (!strcmp(cases[i].name, name)) {
+			cur_case = name;
+			signal(SIGPIPE, SIG_IGN);
+			int r = cases[i].fn();
+			fflush(stdout);
+			return r == 0 ? 0 : r == CASE_SKIP ? CASE_SKIP : 1;
+		}
+	fprintf(stderr, "ddp-fdtest: no case '%s'\n", name);
+	return 2;
+}
+
+/* the running case's process group: killed if the runner is terminated */
+static volatile pid_t running_pgid;
+static void on_term(int sig)
+{
+	if (running_pgid > 0)
+		kill(-running_pgid, SIGKILL);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static int run_case(const struct tcase *tc, int timeout_s)
+{
+	fflush(stdout);
+	uint64_t t0 = xs_now_ns();
+	pid_t pid = fork();
+	if (pid < 0) {
+		printf("FAIL %s: fork: %s\n", tc->name, strerror(errno));
+		return 1;
+	}
+	if (pid == 0) {
+		setpgid(0, 0);
+		char v[16];
+		snprintf(v, sizeof v, "%d", xs_verbose);
+		execl("/proc/self/exe", "ddp-fdtest", "--case", tc->name, v, (char *)NULL);
+		_exit(127);
+	}
+	setpgid(pid, pid);
+	running_pgid = pid;
+	int st = 0, timed_out = 0;
+	uint64_t dl = xs_deadline(timeout_s * 1000);
+	for (;;) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+		if (r == pid)
+			break;
+		if (xs_ms_left(dl) == 0) {
+			timed_out = 1;
+			kill(-pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			break;
+		}
+		sleep_ms(2); /* bounded polling for the case's exit */
+	}
+	kill(-pid, SIGKILL); /* stragglers of the case (forked children) */
+	running_pgid = 0;
+	double ms = (double)(xs_now_ns() - t0) / 1e6;
+	if (!timed_out && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+		printf("PASS %-20s %7.0f ms  %s\n", tc->name, ms, tc->what);
+		return 0;
+	}
+	if (!timed_out && WIFEXITED(st) && WEXITSTATUS(st) == CASE_SKIP) {
+		printf("SKIP %-20s %7.0f ms  %s (DDP only)\n", tc->name, ms, tc->what);
+		return 0;
+	}
+	char why[64];
+	if (timed_out)
+		snprintf(why, sizeof why, "timed out after %d s (hang)", timeout_s);
+	else if (WIFSIGNALED(st))
+		snprintf(why, sizeof why, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+	else
+		snprintf(why, sizeof why, "exit %d", WEXITSTATUS(st));
+	printf("FAIL %-20s %7.0f ms  %s: %s\n", tc->name, ms, tc->what, why);
+	return 1;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: ddp-fdtest [-t SECONDS] [-v] [CASE...]   (under scripts/exsock-run)\n"
+		   "       ddp-fdtest -l\n"
+		   "  -t SECONDS  bound of each case (default 30; every wait inside is bounded by %d ms)\n"
+		   "  -D SECONDS  bound of the whole run (cases beyond it fail as not run)\n"
+		   "  -v          details of passing cases too\n"
+		   "  -T          baseline: the same cases on plain TCP sockets (DDP-only checks skipped)\n"
+		   "  -l          list the cases\n"
+		   "exit: 0 all passed, 1 a case failed, 2 usage, 77 libexsock.so not loaded\n",
+		WAIT_MS);
+}
+
+int main(int argc, char **argv)
+{
+	xs_init(argv[0]);
+	xs_prog = "ddp-fdtest";
+	int timeout_s = 30, total_s = 0;
+	/* internal: one case in this process (the runner's child), the fork-exec case's program */
+	const char *tm = getenv("DDP_FDTEST_TCP");
+	tcp_mode = tm && !strcmp(tm, "1");
+	if (argc == 4 && !strcmp(argv[1], "--case")) {
+		xs_verbose = atoi(argv[3]);
+		return run_one_inprocess(argv[2]);
+	}
+	if (argc == 3 && !strcmp(argv[1], "--exec-child"))
+		return exec_child(atoi(argv[2])) == 0 ? 0 : 1;
+	int op;
+	while ((op = getopt(argc, argv, "t:D:vlTh")) != -1) {
+		switch (op) {
+		case 'T':
+			tcp_mode = 1;
+			setenv("DDP_FDTEST_TCP", "1", 1);
+			break;
+		case 't': timeout_s = (int)xs_opt_u64("-t", optarg, 1, 3600, 0); break;
+		case 'D': total_s = (int)xs_opt_u64("-D", optarg, 1, 86400, 0); break;
+		case 'v': xs_verbose++; break;
+		case 'l':
+			for (int i = 0; i < NCASES; i++)
+				printf("%-20s %s\n", cases[i].name, cases[i].what);
+			return 0;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!tcp_mode && !ddp_available()) {
+		printf("ddp-fdtest: libexsock.so with the DDP API is not loaded: run under scripts/exsock-run\n");
+		return 77;
+	}
+	signal(SIGTERM, on_term);
+	signal(SIGINT, on_term);
+	signal(SIGHUP, on_term);
+	uint64_t all_dl = total_s ? xs_deadline(total_s * 1000) : 0;
+	int fails = 0, ran = 0;
+	for (int i = optind; i < argc; i++) {
+		int found = 0;
+		for (int j = 0; j < NCASES; j++)
+			if (!strcmp(cases[j].name, argv[i]))
+				found = 1;
+		if (!found) {
+			fprintf(stderr, "ddp-fdtest: no case '%s' (-l lists them)\n", argv[i]);
+			return 2;
+		}
+	}
+	for (int i = 0; i < NCASES; i++) {
+		int sel = optind == argc;
+		for (int j = optind; j < argc; j++)
+			if (!strcmp(cases[i].name, argv[j]))
+				sel = 1;
+		if (!sel)
+			continue;
+		ran++;
+		int left = all_dl ? xs_ms_left(all_dl) / 1000 : timeout_s;
+		if (all_dl && left < 1) {
+			printf("FAIL %-20s %7s     not run: the overall bound of %d s (-D) is used up\n",
+			       cases[i].name, "-", total_s);
+			fails++;
+			continue;
+		}
+		fails += run_case(&cases[i], left < timeout_s ? left : timeout_s);
+	}
+	printf("ddp-fdtest: %d passed, %d failed\n", ran - fails, fails);
+	return fails ? 1 : 0;
+}
