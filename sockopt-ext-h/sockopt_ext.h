@@ -57,6 +57,12 @@ extern "C" {
 #define DDP_ZERO_BASED_TO     12 /* int 0/1: tagged offsets are offsets into the region (default
                                   * 0: tagged offsets are virtual addresses, as verbs/rping) */
 #define DDP_MPA_TIMEOUT_MS    13 /* int: bound on the MPA exchange (default 10000) */
+#define DDP_MARKERS_ALLOW     14 /* int 0/1: honour a peer's request for markers on what we send
+                                  * (default 1). 0: a peer asking for them is refused. As
+                                  * responder: the MPA Reply rejects it (R=1), the peer's connect
+                                  * fails (ECONNREFUSED from exsock), the listener goes on (a
+                                  * blocking accept reports ECONNABORTED for it). As initiator:
+                                  * a Reply with M=1 fails connect with EPROTO. */
 
 /* DDP_P2P values: ready-to-receive message kinds (RFC 6581). */
 #define DDP_RTR_WRITE 0x1 /* zero-length RDMA Write (preferred) */

@@ -344,6 +344,10 @@ pub struct Stats {
     pub bytes_placed_direct: u64,
     /// Payload bytes placed from buffered input.
     pub bytes_placed_buffered: u64,
+    /// Payload bytes of tagged messages received and placed (RDMA Writes, Read Responses).
+    pub bytes_tagged_in: u64,
+    /// Payload bytes of the Read Responses we sent (the peer's RDMA Reads served).
+    pub bytes_read_response_out: u64,
     /// CRC errors detected.
     pub crc_errors: u64,
     /// Terminates sent.
@@ -774,6 +778,19 @@ impl Connection {
         }
         if self.state != State::Error && !self.is_idle() {
             self.fail(ProtoError::StreamLost, None);
+        }
+        self.flush_all(None);
+        self.finish();
+    }
+
+    /// The local side gave up on the connection (e.g. a close whose linger expired): every
+    /// pending work request is flushed (`Flushed`, also a Read whose response was arriving)
+    /// and the connection is closed. Not an error of the stream: no error event, no
+    /// Terminate (unlike [`Connection::handle_eof`] in the middle of a message, which is
+    /// [`ProtoError::StreamLost`]).
+    pub fn abort(&mut self) {
+        if matches!(self.state, State::Closed) {
+            return;
         }
         self.flush_all(None);
         self.finish();
@@ -1277,6 +1294,9 @@ impl Connection {
         rtr: bool,
         mem: &mut M,
     ) -> Result<(), ProtoError> {
+        if matches!(opcode, Opcode::Write | Opcode::ReadResponse) {
+            self.stats.bytes_tagged_in += u64::from(len);
+        }
         match opcode {
             Opcode::Write => Ok(()),
             Opcode::ReadResponse => {
@@ -1781,6 +1801,7 @@ impl Connection {
             vec![Src::Region(req.source_stag, tgt.offset, s.len)]
         };
         self.frame_segment(t, &h, &parts, mem);
+        self.stats.bytes_read_response_out += s.len as u64;
         self.irq.advance(s.len as u32, s.last);
         if s.last {
             self.active = None;

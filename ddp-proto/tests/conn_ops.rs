@@ -230,6 +230,9 @@ fn rdma_write_direct_placement() {
         st.bytes_placed_direct + st.bytes_placed_buffered,
         size as u64 + 4000
     );
+    // Tagged payload counted apart from the Send (regression: the siw interop's write_bw
+    // server counted none of the peer's RDMA Writes as received).
+    assert_eq!(st.bytes_tagged_in, size as u64, "{st:?}");
     assert_eq!(p.b.recv_completions().len(), 1);
 }
 
@@ -264,6 +267,8 @@ fn rdma_read_all_sizes() {
             (4, WcOpcode::Read, WcStatus::Success, size as u64)
         );
         assert_eq!(p.b.conn.reads_owed(), 0);
+        assert_eq!(p.b.conn.stats().bytes_read_response_out, size as u64);
+        assert_eq!(p.a.conn.stats().bytes_tagged_in, size as u64);
     }
 }
 

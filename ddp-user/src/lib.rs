@@ -61,8 +61,12 @@ pub mod driver;
 pub mod engine;
 pub mod sys;
 
-pub use driver::socket::{DdpSocket, MAX_SGE, SIGNALED, SOLICITED};
-pub use driver::{after_fork_in_child, flush_at_exit};
+pub use driver::socket::{
+    Counters, DdpSocket, MAX_SGE, PollWait, SIGNALED, SOLICITED, WeakDdpSocket,
+};
+pub use driver::{
+    after_fork_in_child, engine_pid, engine_started, flush_at_exit, lazy_held, release_lazy,
+};
 pub use engine::cq::{ConnInfo, Wc};
 pub use engine::options::Options;
 pub use sys::Errno;

@@ -332,6 +332,60 @@ pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> Result<usize
     })
 }
 
+/// Whether a blocking socket call interrupted by a signal handler (`EINTR` from a wait) should
+/// be restarted, as the kernel would for `read`/`recv`/`write`/`send` on a TCP socket: only if
+/// every signal that currently has a handler was installed with `SA_RESTART` (the interrupting
+/// signal is not known here, so one handler without it makes the call fail with `EINTR`, the
+/// conservative answer: such a program must handle `EINTR` anyway). Queries every signal with
+/// `rt_sigaction(sig, NULL, &old)`: costs ~64 system calls, paid only after an `EINTR`.
+pub fn signal_restarts() -> bool {
+    #[repr(C)]
+    struct KSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        let mut old = KSigaction {
+            handler: 0,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
+        // SAFETY: queries only (act = NULL); `old` is a kernel `struct sigaction` of the
+        // size given (8-byte signal set).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                ptr::null::<KSigaction>(),
+                &mut old as *mut KSigaction,
+                8usize,
+            )
+        };
+        if r != 0 {
+            continue;
+        }
+        let handled = old.handler != libc::SIG_DFL && old.handler != libc::SIG_IGN;
+        if handled && old.flags & libc::SA_RESTART as u64 == 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Bytes waiting to be read on a socket (`ioctl(FIONREAD)`).
+pub fn inq(fd: RawFd) -> Result<usize> {
+    let mut n: c_int = 0;
+    // SAFETY: FIONREAD writes one int to the pointer given.
+    cvt(unsafe { libc::syscall(libc::SYS_ioctl, fd, libc::FIONREAD, &mut n as *mut c_int) })?;
+    Ok(n.max(0) as usize)
+}
+
 /// Fills `buf` from `getrandom(2)`.
 pub fn getrandom(buf: &mut [u8]) -> Result<()> {
     let mut at = 0;

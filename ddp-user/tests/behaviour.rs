@@ -215,6 +215,55 @@ fn mpa_reject_and_timeout_are_errors() {
     });
 }
 
+/// `DDP_MARKERS_ALLOW = 0`: a peer asking for markers on what we send is refused in both
+/// roles, cleanly (a reject, not a hang), as siw refuses ours.
+#[test]
+fn markers_refused_when_not_allowed() {
+    bounded(30, || {
+        let asks = Options {
+            markers: true,
+            ..Options::default()
+        };
+        let refuses = Options {
+            allow_markers: false,
+            ..Options::default()
+        };
+        // Our responder refuses: the Reply rejects, the initiator gets ECONNREFUSED.
+        let (c, s) = tcp_pair();
+        let r2 = refuses.clone();
+        let t = std::thread::spawn(move || {
+            let r = DdpSocket::accept(s.as_raw_fd(), &r2, false);
+            drop(s);
+            r.map(|_| ())
+        });
+        let e = DdpSocket::connect(c.as_raw_fd(), &asks, false).unwrap_err();
+        assert_eq!(e.0, libc::ECONNREFUSED);
+        assert!(t.join().unwrap().is_err());
+        // Our initiator refuses a responder that asks for markers in its Reply.
+        let (c, s) = tcp_pair();
+        let t = std::thread::spawn(move || {
+            let r = DdpSocket::accept(s.as_raw_fd(), &asks, false);
+            drop(s);
+            r.map(|_| ())
+        });
+        let e = DdpSocket::connect(c.as_raw_fd(), &refuses, false).unwrap_err();
+        // An initiator refusing a valid Reply fails like its other negotiation refusals.
+        assert_eq!(e.0, libc::EPROTO, "{e}");
+        // The responder sent its Reply and may have completed before the initiator refused.
+        let _ = t.join().unwrap();
+        // Allowed (the default), one-sided markers work.
+        let (a, b) = pair(
+            &Options {
+                markers: true,
+                ..Options::default()
+            },
+            &Options::default(),
+        );
+        assert_eq!(a.info().unwrap().markers_rx, 1);
+        assert_eq!(b.info().unwrap().markers_tx, 1);
+    });
+}
+
 /// A seeded random mix of Writes, Reads and Sends against a model of the target region.
 #[test]
 fn random_mix_against_model() {

@@ -223,6 +223,32 @@ fn direct_placement_counts() {
     });
 }
 
+/// `DDP_CONN_INFO`'s `bytes_tx`/`bytes_rx` count every payload byte, tagged included: the
+/// peer's RDMA Writes and the Read Responses we serve (regression: found by the siw interop,
+/// `write_bw-from-siw`, whose server saw 0 bytes received after 16 RDMA Writes).
+#[test]
+fn byte_counters_count_tagged_traffic() {
+    bounded(60, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        let (a0, b0) = (a.info().unwrap(), b.info().unwrap());
+        write(&a, &b, 4000, 1); // + the 1-byte Send that follows it
+        let (a1, b1) = (a.info().unwrap(), b.info().unwrap());
+        assert_eq!(a1.bytes_tx - a0.bytes_tx, 4001, "Write + Send sent");
+        assert_eq!(
+            b1.bytes_rx - b0.bytes_rx,
+            4001,
+            "Write placed + Send received"
+        );
+        read(&a, &b, 70000, 2);
+        let (a2, b2) = (a.info().unwrap(), b.info().unwrap());
+        assert_eq!(b2.bytes_tx - b1.bytes_tx, 70000, "Read Response served");
+        assert_eq!(a2.bytes_rx - a1.bytes_rx, 70000, "Read Response placed");
+        assert_eq!(a2.bytes_tx, b2.bytes_rx, "a's tx is b's rx");
+        assert_eq!(b2.bytes_tx, a2.bytes_rx, "b's tx is a's rx");
+    });
+}
+
 #[test]
 fn local_write_access_and_bad_args() {
     bounded(30, || {

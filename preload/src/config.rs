@@ -7,8 +7,10 @@
 //!   routing points and the table's bookkeeping (close, dup, accept, fork) are transparent,
 //!   under real programs, before any protocol is behind them.
 //!
-//! Rules that switch sockets into DDP mode (`EXSOCK_RULES`, `EXSOCK_CONFIG`) belong to the DDP
-//! issue and are not read here.
+//! Rules that switch sockets into DDP mode (`EXSOCK_RULES`, `EXSOCK_CONFIG`, option defaults)
+//! are read by [`crate::rules::setup`], the dual-mode listener settings by
+//! [`crate::dual::setup`]; with `EXSOCK_LOG` a startup banner lists the settings in force
+//! ([`crate::rules::banner`]). `docs/rules.md` describes them all.
 
 use core::ffi::CStr;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -26,9 +28,12 @@ pub fn init() {
     }
     let observe = crate::log::enabled() || TRACK.load(Ordering::Relaxed);
     OBSERVE.store(observe, Ordering::Relaxed);
+    crate::rules::setup();
+    crate::dual::setup();
+    crate::rules::banner();
 }
 
-fn env(name: &CStr) -> Option<&'static CStr> {
+pub(crate) fn env(name: &CStr) -> Option<&'static CStr> {
     // SAFETY: getenv with a NUL-terminated name; it neither allocates nor calls our hooks, and
     // the constructor runs before the program can change the environment.
     let p = unsafe { libc::getenv(name.as_ptr()) };

@@ -10,7 +10,9 @@
 //! A handler (not this hook) because libc's `fork` runs it in every path, `system()` and
 //! programs calling `__libc_fork` included. This hook only makes `EXSOCK_LOG` show forks.
 //! `vfork` and `posix_spawn` are not interposed: their children only `exec`, and the exec'd
-//! image starts with an empty table. `clone` is not interposed either.
+//! image starts with an empty table (an inherited DDP fd is then a plain socketpair end: the
+//! byte stream still served by the creating process's engine, as an inherited TCP socket is
+//! shared — docs/engine.md). `clone` is not interposed either.
 
 use libc::pid_t;
 

@@ -76,6 +76,7 @@ macro_rules! dispatch {
 pub mod close_dup;
 pub mod config;
 pub mod ddp;
+pub mod dual;
 pub mod errno;
 pub mod fcntl;
 pub mod fdtable;
@@ -85,8 +86,10 @@ pub mod log;
 pub mod poll;
 pub mod real;
 pub mod route;
+pub mod rules;
 pub mod socket;
 pub mod sockopt;
+pub mod stats;
 
 use libc::{c_char, c_int};
 
@@ -106,6 +109,7 @@ static DESTRUCTOR: extern "C" fn() = fini;
 extern "C" fn fini() {
     let _errno = errno::ErrnoGuard::new();
     ddp_user::flush_at_exit(core::time::Duration::from_secs(2));
+    stats::at_exit();
 }
 
 extern "C" fn init(_argc: c_int, _argv: *const *const c_char, _envp: *const *const c_char) {

@@ -121,6 +121,28 @@ pub fn emit(args: fmt::Arguments<'_>) {
     }
 }
 
+/// A warning (a rule that does not parse, a bad `EXSOCK_*` value): always written, to the
+/// `EXSOCK_LOG` destination if logging is on, else to stderr, as `exsock[PID]: warning: ...`.
+#[cold]
+#[inline(never)]
+pub fn warn(args: fmt::Arguments<'_>) {
+    if enabled() {
+        emit(format_args!("warning: {args}"));
+        return;
+    }
+    let _errno = ErrnoGuard::new();
+    let mut line = Line {
+        buf: [0; 512],
+        len: 0,
+    };
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::syscall(libc::SYS_getpid) };
+    let _ = write!(line, "exsock[{pid}]: warning: {args}");
+    let n = line.len.min(line.buf.len() - 1);
+    line.buf[n] = b'\n';
+    write_all(2, &line.buf[..=n]);
+}
+
 fn write_all(fd: c_int, mut bytes: &[u8]) {
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a valid buffer of this length; raw write, no hooks.

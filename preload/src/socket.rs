@@ -143,6 +143,9 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         Some(h) => ret(routed_listen(h, fd, backlog)),
     };
     debug!("listen({fd}, {backlog}) = {}", Outcome::of(rc.into()));
+    if rc == 0 && crate::rules::active().is_some() {
+        crate::rules::on_listen(fd);
+    }
     rc
 }
 
@@ -156,9 +159,17 @@ fn routed_listen(h: Handle, fd: c_int, backlog: c_int) -> Result<c_int, Errno> {
     let rc = cvt(unsafe { real::listen(fd, backlog) })?;
     if let Some(mut p) = r.as_ref().and_then(|r| r.pending()) {
         p.listening = true;
+        if p.mode && !p.dual && crate::dual::for_sockopt_listeners() {
+            p.dual = true;
+            crate::dual::prepare_listener(fd);
+        }
         debug!(
             "listen({fd}): {} listener (accepted sockets inherit its DDP options)",
-            if p.mode { "DDP" } else { "plain" }
+            match (p.mode, p.dual) {
+                (true, true) => "DDP, dual-mode",
+                (true, false) => "DDP",
+                _ => "plain",
+            }
         );
     }
     Ok(rc)
@@ -268,7 +279,11 @@ unsafe fn routed_accept(
             debug!(
                 "accept({fd}) = {nfd} from {}{}",
                 peer(nfd),
-                if l.mode { ", MPA as responder" } else { "" }
+                match (l.mode, l.dual) {
+                    (true, true) => ", dual mode: classifying",
+                    (true, false) => ", MPA as responder",
+                    _ => "",
+                }
             );
             crate::ddp::accepted(&l, fd, nfd)
         }
@@ -290,6 +305,10 @@ unsafe fn routed_accept(
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     let rc = match fdtable::lookup(fd) {
+        // SAFETY: the caller's arguments, through the rules.
+        None if let Some(cfg) = crate::rules::active() => {
+            ret(unsafe { crate::rules::connect(cfg, fd, addr, len) })
+        }
         // SAFETY: the caller's arguments, passed on unchanged.
         None => unsafe { real::connect(fd, addr, len) },
         // SAFETY: as above, through the routing point.
@@ -314,6 +333,10 @@ unsafe fn routed_connect(
     len: socklen_t,
 ) -> Result<c_int, Errno> {
     match route::entry_of(h)? {
+        // SAFETY: the caller's arguments, through the rules (a tracked socket).
+        None if let Some(cfg) = crate::rules::active() => unsafe {
+            crate::rules::connect(cfg, fd, addr, len)
+        },
         // SAFETY: forwarded unchanged.
         None => cvt(unsafe { real::connect(fd, addr, len) }),
         Some(r) => match r.conn() {
@@ -323,6 +346,11 @@ unsafe fn routed_connect(
                     return Err(Errno(libc::EISCONN));
                 }
                 match c.sock.take_error() {
+                    // MPA still under way: the fd is writable already (writes are queued), so
+                    // once TCP is connected, say what a connected TCP socket says (programs
+                    // such as hiredis poll for writable, then call connect again and take
+                    // anything but EISCONN as a failure); EALREADY while TCP still connects.
+                    0 if tcp_connected(c.sock.tcp_fd()) => Err(Errno(libc::EISCONN)),
                     0 => Err(Errno(libc::EALREADY)),
                     e => Err(Errno(e)),
                 }
@@ -330,6 +358,21 @@ unsafe fn routed_connect(
             // SAFETY: the caller's arguments.
             None => unsafe { crate::ddp::connect(&r, fd, addr, len) },
         },
+    }
+}
+
+/// Whether the TCP socket `fd` has a peer (its connect completed).
+fn tcp_connected(fd: c_int) -> bool {
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    let mut len = core::mem::size_of_val(&ss) as socklen_t;
+    // SAFETY: our own buffer; the real getpeername.
+    unsafe {
+        real::getpeername(
+            fd,
+            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        ) == 0
     }
 }
 

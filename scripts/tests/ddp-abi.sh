@@ -148,6 +148,7 @@ int main(void)
 	CHECK(geti(fd, DDP_CRC) == 1 && geti(fd, DDP_MARKERS) == 0 && geti(fd, DDP_MPA_REV) == 2, "crc/markers/rev defaults");
 	CHECK(geti(fd, DDP_IRD) == 16 && geti(fd, DDP_ORD) == 16 && geti(fd, DDP_P2P) == 0, "ird/ord/p2p defaults");
 	CHECK(geti(fd, DDP_PD) == 0 && geti(fd, DDP_ZERO_BASED_TO) == 0 && geti(fd, DDP_MPA_TIMEOUT_MS) == 10000, "pd/zbto/timeout defaults");
+	CHECK(geti(fd, DDP_MARKERS_ALLOW) == 1, "markers-allow default");
 	/* validation */
 	ERR(seti(fd, DDP_CRC, 2), EINVAL);
 	ERR(seti(fd, DDP_MODE, -1), EINVAL);
@@ -157,6 +158,7 @@ int main(void)
 	ERR(seti(fd, DDP_P2P, 8), EINVAL);
 	ERR(seti(fd, DDP_PD, -5), EINVAL);
 	ERR(seti(fd, DDP_MPA_TIMEOUT_MS, 0), EINVAL);
+	ERR(seti(fd, DDP_MARKERS_ALLOW, 2), EINVAL);
 	short sh = 1;
 	ERR(setsockopt(fd, SOL_DDP, DDP_CRC, &sh, sizeof sh), EINVAL);
 	ERR(setsockopt(fd, SOL_DDP, DDP_CRC, NULL, sizeof v), EFAULT);

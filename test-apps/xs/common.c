@@ -389,7 +389,7 @@ int xs_ddp_apply(int fd, const struct xs_ddpopt *o)
 	if (o->ord && set_int(fd, DDP_ORD, "DDP_ORD", o->ord))
 		return -1;
 	/* Options without a command-line flag, from the environment (as xs-rping reads them):
-	 * XS_MPA_REV=1|2, XS_MARKERS=0|1, XS_P2P=DDP_RTR_* bits. */
+	 * XS_MPA_REV=1|2, XS_MARKERS=0|1, XS_P2P=DDP_RTR_* bits, XS_MARKERS_ALLOW=0|1. */
 	const char *env;
 	if (!o->mpa_rev && (env = getenv("XS_MPA_REV")) && *env &&
 	    set_int(fd, DDP_MPA_REV, "DDP_MPA_REV", atoi(env)))
@@ -399,7 +399,21 @@ int xs_ddp_apply(int fd, const struct xs_ddpopt *o)
 		return -1;
 	if ((env = getenv("XS_P2P")) && *env && set_int(fd, DDP_P2P, "DDP_P2P", atoi(env)))
 		return -1;
+	if ((env = getenv("XS_MARKERS_ALLOW")) && *env &&
+	    set_int(fd, DDP_MARKERS_ALLOW, "DDP_MARKERS_ALLOW", atoi(env)))
+		return -1;
 	return 0;
+}
+
+void xs_connect_settle(void)
+{
+	const char *env = getenv("XS_CONNECT_SETTLE_MS");
+	if (!env || !*env)
+		return;
+	uint64_t ms = xs_opt_u64("XS_CONNECT_SETTLE_MS", env, 0, 10000, 0);
+	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
 }
 
 static void nodelay(int fd)

@@ -96,7 +96,7 @@ struct xs_ddpopt {
 #define XS_DDPOPT_INIT { 0, -1, 0, 0, 0, -1 }
 
 /* Applies the options to a socket (before connect/listen), and the environment's XS_MPA_REV,
- * XS_MARKERS, XS_P2P (DDP_RTR_* bits) if set. Returns 0 or -1 (message printed;
+ * XS_MARKERS, XS_P2P (DDP_RTR_* bits), XS_MARKERS_ALLOW if set. Returns 0 or -1 (message printed;
  * ENOPROTOOPT is explained as "library not loaded"). */
 int xs_ddp_apply(int fd, const struct xs_ddpopt *o);
 /* Listens on addr (NULL/"" = any) : port ("0" = ephemeral). Prints a line
@@ -109,6 +109,12 @@ int xs_accept(int lfd, int timeout_ms);
  * timeout_ms has passed, every 20 ms (bounded polling of a real condition). TCP_NODELAY.
  * DDP options are applied to each new socket before connect(). Exits on error. */
 int xs_connect(const char *addr, const char *port, const struct xs_ddpopt *o, int timeout_ms);
+/* After a DDP connect (the MPA exchange done), before the first message: sleeps
+ * XS_CONNECT_SETTLE_MS milliseconds if that is set (0..10000). A workaround for a race in
+ * Linux siw as MPA responder (docs/interop-siw.md): siw_accept() sends the MPA Reply and only
+ * then moves the socket's data_ready callback to the QP, so an FPDU that arrives in between
+ * sits unprocessed until more data comes. scripts/interop-siw sets it against siw servers. */
+void xs_connect_settle(void);
 /* Prints the negotiated DDP_CONN_INFO (with -v) and returns 0, or -1 if it cannot be read. */
 int xs_print_conn_info(int fd, const char *who);
 

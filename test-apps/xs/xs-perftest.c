@@ -77,6 +77,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +233,26 @@ static int retryable(int e)
 	       e == ECONNABORTED || e == ETIMEDOUT || e == EPROTO;
 }
 
+/* Client, after the last exchange: let the server close first (EOF on the exchange
+ * connection, bounded by 5 s). siw completes the server's last Send with
+ * IBV_WC_LOC_QP_OP_ERR ("Bad wc status 2", perftest exits 1) when our FIN reaches it before
+ * its send path has finished with that Send, although the Send is complete on the wire
+ * (seen in write_bw-to-siw: our FIN 0.1 ms after its last FPDU). */
+static void await_peer_close(int fd)
+{
+	uint64_t dl = xs_deadline(5000);
+	char b[64];
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int left = xs_ms_left(dl);
+		if (left == 0 || poll(&p, 1, left) <= 0)
+			return;
+		ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
+		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+			return; /* EOF or the connection ended: the server is done */
+	}
+}
+
 /* Client: TCP connect + MPA as initiator, retried while the server is not there yet
  * (rdma_cm_client_connection retries 10 x 100 ms; here up to the -T bound). */
 static int connect_ddp(int ird_ord, const char *what)
@@ -259,6 +280,7 @@ static int connect_ddp(int ird_ord, const char *what)
 			freeaddrinfo(res);
 			if (xs_verbose)
 				printf("%s: %s connected after %d attempt(s)\n", xs_prog, what, tries);
+			xs_connect_settle();
 			return fd;
 		}
 		int e = errno;
@@ -891,6 +913,8 @@ static int run(void)
 		if (hand_shake(&t->comm, &t->my, NULL, "close"))
 			return -1;
 	}
+	if (is_client)
+		await_peer_close(t->comm.fd);
 	ddp_dereg_mr(t->tc.fd, t->stag);
 	if (t->ctrl)
 		ddp_dereg_mr(t->tc.fd, t->ctrl_stag);

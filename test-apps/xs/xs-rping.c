@@ -102,7 +102,7 @@ static void usage(FILE *f, const char *name)
 	fprintf(f, "\t-t tos\t\tIP type of service of the connection\n");
 	fprintf(f, "exsock options:\n");
 	fprintf(f, "\t-K 0|1\t\tDDP_CRC: ask for MPA CRC-32C (default: env XS_CRC, else library default)\n");
-	fprintf(f, "\tenvironment: XS_MPA_REV=1|2 (default 2), XS_MARKERS=0|1, XS_P2P=DDP_RTR_* bits\n");
+	fprintf(f, "\tenvironment: XS_MPA_REV=1|2 (default 2), XS_MARKERS=0|1, XS_P2P=DDP_RTR_* bits,\n\t\t\tXS_MARKERS_ALLOW=0|1 (0: refuse a peer asking for markers)\n");
 	fprintf(f, "\t-T seconds\tbound of every wait (default 60)\n");
 	fprintf(f, "\t-h\t\tthis help\n");
 	fprintf(f, "exit: 0 every ping completed (client: and compared equal), 1 error/mismatch/timeout,\n"
@@ -645,6 +645,7 @@ static int run_client(const struct opts *opt)
 	}
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	xs_connect_settle(); /* env XS_CONNECT_SETTLE_MS: siw's accept race (common.h) */
 	DEBUG_LOG("rdma_connect successful\n");
 	struct cb *cb = calloc(1, sizeof *cb);
 	if (!cb)

@@ -177,6 +177,13 @@ pub(crate) struct ConnState {
     pub(crate) stream_queued: usize,
     /// Stream bytes written by the application before the MPA exchange completed.
     pre_open_tx: Vec<u8>,
+    /// A nonblocking send found the engine's send queue full and wrote into the socketpair
+    /// instead (so the app fd's POLLOUT shows the back-pressure): later sends go the same
+    /// way, behind those bytes, until `eng_end` has been drained.
+    pub(crate) spilled: bool,
+    /// The TCP fd stays with the application threads (disarmed in the progress thread's
+    /// epoll) until this time although none is inside the library ([`super::LAZY_REARM`]).
+    pub(crate) lazy_until: Option<Duration>,
     /// Registered interest of the TCP fd in the progress thread's epoll (0 = disarmed).
     pub(crate) tcp_armed: u32,
     pub(crate) eng_armed: u32,
@@ -234,6 +241,8 @@ impl ConnState {
             next_stream_key: 0,
             stream_queued: 0,
             pre_open_tx: Vec::new(),
+            spilled: false,
+            lazy_until: None,
             tcp_armed: 0,
             eng_armed: 0,
             startup_events: libc::POLLOUT,
@@ -291,6 +300,11 @@ impl ConnState {
         if !pre.is_empty() {
             let _ = self.post_stream(pre);
         }
+    }
+
+    /// Whether bytes read with the MPA exchange that follow it (the peer's first FPDUs) wait.
+    pub(crate) fn has_pending_input(&self) -> bool {
+        !self.pending_in.is_empty()
     }
 
     /// The MPA exchange failed.
@@ -586,6 +600,22 @@ impl ConnState {
                         self.so_error = e.0;
                     }
                     self.tcp_shut_wr = true;
+                    // The peer may have said why before it closed: a Terminate already in our
+                    // receive queue must be reported as such, not masked as a lost stream (the
+                    // kernel still delivers queued data after a reset). Bounded, non-blocking.
+                    let now = sh.engine.now();
+                    let mut buf = [0u8; 4096];
+                    for _ in 0..64 {
+                        if matches!(conn.state(), State::Error | State::Closed) {
+                            break;
+                        }
+                        match sys::recv(sh.tcp_fd, &mut buf, libc::MSG_DONTWAIT) {
+                            Ok(n) if n > 0 => {
+                                let _ = conn.handle_input(&buf[..n], mem, now);
+                            }
+                            _ => break,
+                        }
+                    }
                     conn.handle_eof();
                     return Err(e);
                 }

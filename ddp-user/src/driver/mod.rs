@@ -17,7 +17,7 @@ pub(crate) mod startup;
 use core::time::Duration;
 use std::collections::{HashMap, HashSet};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once};
 use std::time::Instant;
 
@@ -71,6 +71,67 @@ pub(crate) struct Engine {
     origin: Instant,
 }
 
+/// How long a socket's TCP fd stays with the application after the last application thread
+/// left the library on it (docs/engine.md "Handing the TCP fd back lazily"): a thread that
+/// comes back within it (the next `recv`/`poll`/`send` of a request-response exchange) finds
+/// the fd already its own, saving two `epoll_ctl`s and, above all, a progress-thread wakeup
+/// racing it for the reply. Waits elsewhere in the library give such sockets back at once
+/// ([`release_lazy`]); otherwise input waits at most this long for the progress thread.
+pub(crate) const LAZY_REARM: Duration = Duration::from_micros(500);
+
+/// Sockets whose TCP fd is held lazily (a hint for [`release_lazy`]'s fast path).
+static LAZY: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any socket's TCP fd may be held lazily ([`release_lazy`] has work).
+#[inline]
+pub fn lazy_held() -> bool {
+    LAZY.load(Ordering::Relaxed) != 0
+}
+
+/// Gives every socket whose TCP fd is held lazily (see [`LAZY_REARM`]) and that no
+/// application thread is working on back to the progress thread. Called before a thread
+/// blocks in the library (its wait would not serve those sockets). One relaxed load when
+/// there are none.
+pub fn release_lazy() {
+    if LAZY.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let cur = ENGINE.load(Ordering::Acquire);
+    // SAFETY: ENGINE only ever holds null or a leaked, never freed `Box<Engine>`.
+    let Some(e) = (unsafe { cur.as_ref() }) else {
+        return;
+    };
+    let ids: Vec<u64> = lock(&e.timed).iter().copied().collect();
+    for id in ids {
+        let Some(sh) = lock(&e.conns).get(&id).cloned() else {
+            continue;
+        };
+        // Never wait for a lock here: the holder is working on the socket anyway.
+        let Ok(mut st) = sh.st.try_lock() else {
+            continue;
+        };
+        if st.lazy_until.is_some() && st.inline == 0 {
+            sh.end_lazy(&mut st);
+        }
+    }
+}
+
+/// Whether this process has started its engine (made a DDP socket since it started or
+/// forked): one relaxed load, for callers that only have work to do when DDP sockets exist.
+#[inline]
+pub fn engine_started() -> bool {
+    !ENGINE.load(Ordering::Relaxed).is_null()
+}
+
+/// The process id the engine was started in, while it is this process's (a forked child's
+/// is reset by [`after_fork_in_child`]): saves a `getpid` system call on hot paths.
+#[inline]
+pub fn engine_pid() -> Option<i32> {
+    let cur = ENGINE.load(Ordering::Acquire);
+    // SAFETY: ENGINE only ever holds null or a leaked, never freed `Box<Engine>`.
+    unsafe { cur.as_ref() }.map(|e| e.pid)
+}
+
 /// The engine of this process (a fresh one in a forked child).
 pub(crate) fn engine() -> Result<&'static Engine, Errno> {
     let pid = sys::getpid();
@@ -122,7 +183,9 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
 /// Fork support, to be called in a forked child (e.g. from a `pthread_atfork` child
 /// handler): the child gets no engine threads; inherited connected DDP sockets become plain
 /// byte streams served by the parent (see [`socket::DdpSocket::after_fork_in_child`]); new
-/// sockets get a fresh engine, started lazily.
+/// sockets get a fresh engine, started lazily. After an `exec` the same holds without any
+/// call: the app fd is a socketpair end the parent's engine keeps serving (a byte stream
+/// shared with the parent, like a TCP socket inherited across `exec`).
 pub fn after_fork_in_child() {
     FORK_GEN.fetch_add(1, Ordering::AcqRel);
     ENGINE.store(core::ptr::null_mut(), Ordering::Release);
@@ -267,7 +330,17 @@ impl Engine {
                     due = Some(due.map_or(now + d, |x: Duration| x.min(now + d)));
                 }
             }
-            let keep = !st.finalized && (st.is_connecting() || st.close_deadline.is_some());
+            if let Some(d) = st.lazy_until {
+                if st.finalized || (now >= d && st.inline == 0) {
+                    sh.end_lazy(&mut st);
+                } else {
+                    // (an application thread inside keeps it; it is pushed on when it leaves)
+                    let d = if now >= d { now + LAZY_REARM } else { d };
+                    due = Some(due.map_or(d, |x: Duration| x.min(d)));
+                }
+            }
+            let keep = !st.finalized
+                && (st.is_connecting() || st.close_deadline.is_some() || st.lazy_until.is_some());
             drop(st);
             if !keep {
                 lock(&self.timed).remove(&id);
@@ -350,7 +423,10 @@ impl Shared {
         }
         let mut mem = SessionMem::new(&self.engine.registry, sink);
         if matches!(st.phase, Phase::Open) {
-            if read_input {
+            // Bytes that came with the MPA exchange (the peer's first FPDUs, already out of
+            // the socket) are processed now even when an application thread reads the input:
+            // no TCP readiness would ever announce them.
+            if read_input || st.has_pending_input() {
                 st.pump_input(self, &mut mem);
             }
             let _ = st.flush_tx(self, &mut mem);
@@ -394,7 +470,14 @@ impl Shared {
             return;
         }
         let ep = self.engine.epfd;
-        if st.inline == 0 {
+        if st.lazy_until.is_some()
+            && (st.close_deadline.is_some() || st.has_tail() || !st.is_open())
+        {
+            // Work only the progress thread can do (an unsent tail, a close): no laziness.
+            st.lazy_until = None;
+            LAZY.fetch_sub(1, Ordering::Relaxed);
+        }
+        if st.inline == 0 && st.lazy_until.is_none() {
             let want = st.tcp_interest();
             if want != st.tcp_armed
                 && sys::epoll_ctl(
@@ -422,6 +505,37 @@ impl Shared {
         {
             st.eng_armed = want;
         }
+    }
+
+    /// The last application thread left the library on this socket: keep its TCP fd away
+    /// from the progress thread for [`LAZY_REARM`] if it is disarmed (re-arming is
+    /// [`Shared::end_lazy`], by the progress thread's timer or [`release_lazy`]); else
+    /// [`Shared::rearm`].
+    pub(crate) fn leave_inline(&self, st: &mut ConnState) {
+        if st.registered
+            && !st.finalized
+            && st.tcp_armed == 0
+            && st.is_open()
+            && !st.has_tail()
+            && st.close_deadline.is_none()
+        {
+            let first = st.lazy_until.is_none();
+            st.lazy_until = Some(self.engine.now() + LAZY_REARM);
+            if first {
+                LAZY.fetch_add(1, Ordering::Relaxed);
+                self.engine.watch_deadline(self.id);
+            }
+        }
+        self.rearm(st);
+    }
+
+    /// Ends a lazy hold: the progress thread gets the TCP fd back (level-triggered: input
+    /// that arrived meanwhile fires at once).
+    pub(crate) fn end_lazy(&self, st: &mut ConnState) {
+        if st.lazy_until.take().is_some() {
+            LAZY.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.rearm(st);
     }
 
     /// Removes the TCP interest (an application thread waits on the socket itself; it
@@ -470,10 +584,11 @@ impl Shared {
         if st.finalized {
             return;
         }
+        // Our own close gave up: flush (FLUSH_ERR, as documented), not a lost stream.
         if let Some(c) = st.conn.as_mut()
             && c.state() != State::Closed
         {
-            c.handle_eof();
+            c.abort();
         }
         st.rx_eof = true;
         let mut mem = SessionMem::new(&self.engine.registry, None);

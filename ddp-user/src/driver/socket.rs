@@ -5,7 +5,7 @@ use core::time::Duration;
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use ddp_proto::conn::{PostError, Role, SendFlags, State};
@@ -51,6 +51,30 @@ impl core::fmt::Debug for DdpSocket {
             .field("tcp_fd", &self.h.sh.tcp_fd)
             .field("app_fd", &self.h.sh.app_end)
             .finish()
+    }
+}
+
+/// Counters beyond `DDP_CONN_INFO` ([`DdpSocket::counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// FPDUs whose CRC did not match.
+    pub crc_errors: u64,
+    /// Terminates sent.
+    pub terminates_sent: u64,
+    /// Terminates received.
+    pub terminates_received: u64,
+}
+
+/// A [`DdpSocket`] that does not keep the socket open ([`DdpSocket::downgrade`]).
+#[derive(Clone)]
+pub struct WeakDdpSocket {
+    h: Weak<Handle>,
+}
+
+impl WeakDdpSocket {
+    /// The socket, while any [`DdpSocket`] of it is alive.
+    pub fn upgrade(&self) -> Option<DdpSocket> {
+        self.h.upgrade().map(|h| DdpSocket { h })
     }
 }
 
@@ -110,6 +134,8 @@ impl<'a> Inline<'a> {
             sh.disarm_tcp(st);
         }
         self.st = None;
+        // Other sockets held lazily would not be served while we block here.
+        crate::driver::release_lazy();
         let r = sys::poll(&mut fds, timeout);
         self.st = Some(self.sh.lock());
         r.map(|n| n > 0)
@@ -121,9 +147,68 @@ impl Drop for Inline<'_> {
         let mut st = self.st.take().unwrap_or_else(|| self.sh.lock());
         st.inline -= 1;
         if st.inline == 0 {
-            self.sh.rearm(&mut st);
+            self.sh.leave_inline(&mut st);
         }
     }
+}
+
+/// An application thread waiting in `poll`/`ppoll` on a socket's app fd (from
+/// [`DdpSocket::poll_wait`]): while it lives, the socket's TCP fd belongs to that thread (as
+/// for a thread blocked in `recv`: the progress thread's interest is removed), the thread adds
+/// [`PollWait::tcp_fd`] with [`PollWait::events`] to its poll set and, when it fires, calls
+/// [`PollWait::service`], which processes the input inline (stream data lands in the
+/// socketpair, so the app fd's own readiness is then right). This saves the two cross-thread
+/// handoffs (TCP -> progress thread -> application) of a receive behind a poll. Dropping it
+/// gives the socket back to the progress thread (level-triggered: nothing is lost).
+pub struct PollWait {
+    sock: DdpSocket,
+}
+
+impl PollWait {
+    /// The TCP fd to add to the poll set.
+    pub fn tcp_fd(&self) -> RawFd {
+        self.sock.sh().tcp_fd
+    }
+
+    /// The events to ask for on [`PollWait::tcp_fd`] now (0: none; leave it out).
+    pub fn events(&self) -> i16 {
+        let st = self.sock.sh().lock();
+        tcp_events(&st)
+    }
+
+    /// One round of the socket's work in the calling thread (input, unsent tails, Read
+    /// Responses owed), after its TCP fd was reported ready.
+    pub fn service(&self) {
+        let sh = self.sock.sh();
+        let mut st = sh.lock();
+        sh.progress(&mut st, None, true);
+    }
+}
+
+impl Drop for PollWait {
+    fn drop(&mut self) {
+        let sh = self.sock.sh();
+        let mut st = sh.lock();
+        st.inline -= 1;
+        if st.inline == 0 {
+            sh.leave_inline(&mut st);
+        }
+    }
+}
+
+/// What an inline waiter polls the TCP fd for on an open connection.
+fn tcp_events(st: &ConnState) -> i16 {
+    if !st.is_open() || st.finalized {
+        return 0;
+    }
+    let mut ev: i16 = 0;
+    if st.wants_input() {
+        ev |= libc::POLLIN;
+    }
+    if st.has_tail() {
+        ev |= libc::POLLOUT;
+    }
+    ev
 }
 
 /// Whether the connection has ended (no completion can come any more once the CQ is empty).
@@ -318,6 +403,26 @@ impl DdpSocket {
         flags & libc::MSG_DONTWAIT != 0 || sys::is_nonblocking(self.sh().app_end).unwrap_or(false)
     }
 
+    /// For `poll`/`ppoll` on the app fd: takes the socket's TCP input into the calling
+    /// thread for the duration of the wait ([`PollWait`]). `None` when there is nothing to
+    /// gain (a forked child, a connection not open or ended, input paused by back-pressure).
+    pub fn poll_wait(&self) -> Option<PollWait> {
+        let sh = self.sh();
+        if sh.in_child() {
+            return None;
+        }
+        let mut st = sh.lock();
+        if tcp_events(&st) & libc::POLLIN == 0 {
+            return None;
+        }
+        st.inline += 1;
+        if st.tcp_armed != 0 {
+            sh.disarm_tcp(&mut st);
+        }
+        drop(st);
+        Some(PollWait { sock: self.clone() })
+    }
+
     /// Stream send (plain `write`/`send`/`writev`/`sendmsg`): the bytes are copied, framed
     /// as RDMAP Sends and written at once. Blocking sockets wait (at most `SO_SNDTIMEO` of
     /// the TCP socket) until everything is accepted; non-blocking ones accept what fits
@@ -335,9 +440,21 @@ impl DdpSocket {
         }
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let nonblock = self.nonblocking(flags);
+        {
+            let mut st = sh.lock();
+            if st.spilled {
+                if sys::inq(sh.eng_end).unwrap_or(0) > 0 {
+                    // Earlier bytes wait in the socketpair: these go behind them.
+                    drop(st);
+                    return self.spill(bufs, nonblock);
+                }
+                st.spilled = false;
+            }
+        }
         let mut deadline = None;
         let mut g = Inline::enter(sh);
         let mut done = 0usize;
+        let mut waited = false;
         loop {
             let st = g.st();
             if st.want_shut_wr || st.tcp_shut_wr || sh.user_closed.load(Ordering::Acquire) {
@@ -368,7 +485,11 @@ impl DdpSocket {
                     done += st.accept_stream(&rest)?;
                 }
             }
-            sh.progress(st, None, true);
+            // Input: not while the TCP fd is held lazily for a thread about to come back for
+            // it (a request-response exchange: nothing has arrived yet, a read would only say
+            // EAGAIN); the hold ends within LAZY_REARM and the progress thread takes over.
+            let read_input = waited || st.lazy_until.is_none();
+            sh.progress(st, None, read_input);
             if done == total {
                 return Ok(done);
             }
@@ -381,11 +502,17 @@ impl DdpSocket {
                 continue; // the writes freed room: take more at once
             }
             if nonblock {
-                return if done > 0 {
-                    Ok(done)
-                } else {
-                    Err(Errno::EAGAIN)
-                };
+                if done > 0 {
+                    return Ok(done);
+                }
+                if !st.is_open() {
+                    return Err(Errno::EAGAIN);
+                }
+                // The engine's queue is full: write into the socketpair (the progress thread
+                // sends it as stream data once there is room), so that the kernel's own
+                // POLLOUT on the app fd reports the back-pressure and EAGAIN comes from it.
+                st.spilled = true;
+                return self.spill(bufs, true);
             }
             if deadline.is_none() {
                 deadline = Some(
@@ -393,6 +520,7 @@ impl DdpSocket {
                 );
             }
             let deadline = deadline.flatten();
+            waited = true;
             match g.wait(None, remaining(deadline)) {
                 Ok(true) => {}
                 Ok(false) if deadline.is_some_and(|d| Instant::now() >= d) => {
@@ -403,9 +531,25 @@ impl DdpSocket {
                     };
                 }
                 Ok(false) => {}
+                // A signal handler ran: restart as the kernel does for a TCP socket (see
+                // `sys::signal_restarts`; a socket timeout makes it EINTR, as signal(7)).
+                Err(Errno::EINTR) if deadline.is_none() && sys::signal_restarts() => {}
                 Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
             }
         }
+    }
+
+    /// A send through the socketpair (the raw-write path the progress thread drains into the
+    /// stream): while it holds earlier bytes, or when a nonblocking send found the engine's
+    /// queue full. A blocking one blocks in the kernel (signals and `SA_RESTART` behave as
+    /// the kernel makes them; `SO_SNDTIMEO` of the TCP socket is not applied to it).
+    fn spill(&self, bufs: &[IoSlice<'_>], nonblock: bool) -> Result<usize, Errno> {
+        let iov: Vec<libc::iovec> = bufs
+            .iter()
+            .map(|b| sys::iovec(b.as_ptr(), b.len()))
+            .collect();
+        let f = libc::MSG_NOSIGNAL | if nonblock { libc::MSG_DONTWAIT } else { 0 };
+        sys::sendmsg(self.sh().app_end, &iov, f)
     }
 
     /// Stream receive (plain `read`/`recv`/`readv`/`recvmsg`): first from the socketpair;
@@ -502,6 +646,8 @@ impl DdpSocket {
                     };
                 }
                 Ok(false) => {}
+                // As in `send`: SA_RESTART restarts the wait unless SO_RCVTIMEO is set.
+                Err(Errno::EINTR) if deadline.is_none() && sys::signal_restarts() => {}
                 Err(e) => return if filled > 0 { Ok(filled) } else { Err(e) },
             }
         }
@@ -833,6 +979,11 @@ impl DdpSocket {
             i.fpdus_tx = s.fpdus_out;
             i.fpdus_rx = s.fpdus_in;
             i.placed_direct = s.bytes_placed_direct;
+            // Tagged traffic counts too, so that one side's bytes_tx is the other's bytes_rx:
+            // the peer's RDMA Writes and our Reads' responses placed here, and the Read
+            // Responses we sent for the peer's Reads.
+            i.bytes_rx += s.bytes_tagged_in;
+            i.bytes_tx += s.bytes_read_response_out;
         }
         if let Some(t) = st.last_term {
             let c = t.code();
@@ -856,6 +1007,31 @@ impl DdpSocket {
             _ => state::CLOSED,
         };
         Ok(i)
+    }
+
+    /// Counters that `DDP_CONN_INFO` does not carry (for the stats surface of the preload):
+    /// CRC errors detected, Terminates sent and received.
+    pub fn counters(&self) -> Result<Counters, Errno> {
+        let sh = self.sh();
+        if sh.in_child() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let st = sh.lock();
+        Ok(st.conn.as_ref().map_or(Counters::default(), |c| {
+            let s = c.stats();
+            Counters {
+                crc_errors: s.crc_errors,
+                terminates_sent: s.terminates_sent,
+                terminates_received: s.terminates_received,
+            }
+        }))
+    }
+
+    /// A reference that does not keep the socket open (for observers such as a stats thread).
+    pub fn downgrade(&self) -> WeakDdpSocket {
+        WeakDdpSocket {
+            h: Arc::downgrade(&self.h),
+        }
     }
 
     /// The peer's MPA private data (`DDP_PEER_PRIVATE_DATA`), once connected.

@@ -238,9 +238,12 @@ pub struct ConnInfo {
     pub term_sent: u8,
     /// Zero (explicit padding, as in the header).
     pub reserved0: u32,
-    /// Payload bytes sent (Sends and Writes, stream data included).
+    /// Payload bytes sent: Sends (stream data included), RDMA Writes, and the Read Responses
+    /// that served the peer's RDMA Reads.
     pub bytes_tx: u64,
-    /// Payload bytes received (placed or delivered).
+    /// Payload bytes received: Sends (delivered to the stream or a posted receive), and the
+    /// tagged payload placed here (the peer's RDMA Writes, the responses to our RDMA Reads).
+    /// One side's `bytes_tx` equals the other's `bytes_rx` once everything has arrived.
     pub bytes_rx: u64,
     /// FPDUs sent.
     pub fpdus_tx: u64,

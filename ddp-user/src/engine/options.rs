@@ -1,9 +1,11 @@
-//! The DDP socket options of `sockopt_ext.h` (`DDP_CRC`, `DDP_MARKERS`, `DDP_MPA_REV`,
+//! The DDP socket options of `sockopt_ext.h` (`DDP_CRC`, `DDP_MARKERS`, `DDP_MARKERS_ALLOW`,
+//! `DDP_MPA_REV`,
 //! `DDP_PRIVATE_DATA`, `DDP_IRD`, `DDP_ORD`, `DDP_P2P`, `DDP_PD`, `DDP_ZERO_BASED_TO`,
 //! `DDP_MPA_TIMEOUT_MS`) and their translation into a `ddp_proto` [`MpaConfig`].
 //!
-//! Choices: we can always insert markers, so a peer's M flag is honoured
-//! (`allow_markers_tx`); CRC is not strict (on if either side asks, RFC 5044); private data
+//! Choices: we can always insert markers, so a peer's M flag is honoured by default
+//! (`allow_markers_tx`); `DDP_MARKERS_ALLOW = 0` refuses it (the responder rejects the
+//! Request, the initiator fails: what siw does, as it cannot send markers); CRC is not strict (on if either side asks, RFC 5044); private data
 //! may use the full 512 bytes RFC 5044 allows (siw accepts 256: keep it shorter towards siw).
 //! `DDP_P2P = 0` means off on both sides: an initiator does not ask for peer-to-peer mode and
 //! a responder refuses it; otherwise the bits are the RTR kinds offered (initiator) or
@@ -31,6 +33,8 @@ pub struct Options {
     pub crc: bool,
     /// `DDP_MARKERS`: ask for markers on what we receive (default off).
     pub markers: bool,
+    /// `DDP_MARKERS_ALLOW`: honour a peer's request for markers on what we send (default on).
+    pub allow_markers: bool,
     /// `DDP_MPA_REV` (1 or 2, default 2).
     pub mpa_rev: u8,
     /// `DDP_PRIVATE_DATA` (≤ 512 bytes, ≤ 508 with revision 2).
@@ -54,6 +58,7 @@ impl Default for Options {
         Options {
             crc: true,
             markers: false,
+            allow_markers: true,
             mpa_rev: 2,
             private_data: Vec::new(),
             ird: 16,
@@ -95,7 +100,7 @@ impl Options {
             want_crc: self.crc,
             crc_strict: false,
             markers_rx: self.markers,
-            allow_markers_tx: true,
+            allow_markers_tx: self.allow_markers,
             ird: self.ird,
             ord: self.ord,
             p2p: initiator && !self.p2p.is_empty(),
@@ -119,6 +124,12 @@ mod tests {
         let o = Options::default();
         let c = o.mpa_config(true).unwrap();
         assert!(c.want_crc && !c.markers_rx && !c.p2p && c.revision == 2);
+        assert!(c.allow_markers_tx);
+        let refuse = Options {
+            allow_markers: false,
+            ..Options::default()
+        };
+        assert!(!refuse.mpa_config(false).unwrap().allow_markers_tx);
         let p2p = Options {
             p2p: rtr_from_bits(RTR_WRITE | RTR_READ),
             ..Options::default()

@@ -352,6 +352,7 @@ pub fn abi_table() -> String {
         ("DDP_PD", opts::DDP_PD.into()),
         ("DDP_ZERO_BASED_TO", opts::DDP_ZERO_BASED_TO.into()),
         ("DDP_MPA_TIMEOUT_MS", opts::DDP_MPA_TIMEOUT_MS.into()),
+        ("DDP_MARKERS_ALLOW", opts::DDP_MARKERS_ALLOW.into()),
         ("DDP_RTR_WRITE", ddp_user::engine::options::RTR_WRITE.into()),
         ("DDP_RTR_READ", ddp_user::engine::options::RTR_READ.into()),
         ("DDP_RTR_SEND", ddp_user::engine::options::RTR_SEND.into()),

@@ -46,6 +46,9 @@ pub struct Pending {
     pub listening: bool,
     /// How its TCP connection was set up, when we saw it.
     pub role: Option<Role>,
+    /// A dual-mode listener: accepted connections that do not send an MPA Request stay plain
+    /// TCP ([`crate::dual`]).
+    pub dual: bool,
 }
 
 impl Pending {
@@ -56,6 +59,7 @@ impl Pending {
             mode: false,
             listening: false,
             role,
+            dual: false,
         }
     }
 }

@@ -21,7 +21,9 @@
 //!   the fd is the engine's socketpair from then on (writable at once, writes queued), the
 //!   exchange runs on the progress thread; its failure shows as `SO_ERROR` and EOF;
 //!   `DDP_CONN_INFO.state` says when it is done (`DDP_STATE_RTS`). A later `connect` says
-//!   `EALREADY` while connecting, `EISCONN` after.
+//!   `EALREADY` while TCP connects, `EISCONN` once TCP is connected (the fd is writable from
+//!   then on, so that is what programs that poll for writable and connect again expect), and
+//!   the exchange's error if it failed.
 //! - **Accept.** Blocking listener: the MPA exchange runs inline; an exchange that fails
 //!   closes that connection and accept reports `ECONNABORTED` (programs retry it, as for
 //!   any connection reset before accept). Non-blocking listener: the socket is returned at
@@ -193,6 +195,7 @@ fn start(fd: c_int, opts: &Options, role: Role, nonblocking: bool) -> Result<(),
             let s = sock.clone();
             install(fd, sock, opts.clone())?;
             log_negotiated(what, fd, &s);
+            crate::stats::register(fd, &s);
             Ok(())
         }
         Err(e) => {
@@ -269,11 +272,18 @@ pub fn accepted(listener: &Pending, lfd: c_int, nfd: c_int) -> Result<c_int, Err
         return Ok(nfd);
     }
     let lnb = is_nonblocking(lfd).unwrap_or(false);
+    if listener.dual && !crate::dual::accept_as_ddp(lfd, nfd, lnb) {
+        crate::route::new_plain(nfd);
+        return Ok(nfd);
+    }
     let nb = is_nonblocking(nfd).unwrap_or(false);
     let r = start(nfd, &listener.opts, Role::Responder, lnb).and_then(|()| {
         // The engine made the app fd (non-)blocking like the exchange; give it accept's.
         if lnb != nb {
             set_nonblocking(nfd, nb)?;
+        }
+        if listener.dual {
+            crate::stats::mark_dual(nfd);
         }
         Ok(nfd)
     });
@@ -395,7 +405,7 @@ fn listener_on(text: &[u8], port: u16) -> bool {
 }
 
 /// Reads a (small, /proc) file with raw system calls.
-fn read_file(path: &core::ffi::CStr) -> Option<Vec<u8>> {
+pub(crate) fn read_file(path: &core::ffi::CStr) -> Option<Vec<u8>> {
     // SAFETY: NUL-terminated path; raw openat, no hooks.
     let fd = unsafe {
         libc::syscall(

@@ -3,7 +3,8 @@
 //! Errors, in the order they are checked: `EBADF`/`ENOTSOCK` (not an open socket),
 //! `EOPNOTSUPP` (not a TCP socket), `ENOPROTOOPT` (unknown option; setting `DDP_CONN_INFO` or
 //! `DDP_PEER_PRIVATE_DATA`), `EFAULT` (null value or length pointer), `EINVAL` (an int option
-//! with a length below `sizeof(int)`, a value out of range: flags other than 0/1, `DDP_MPA_REV`
+//! with a length below `sizeof(int)`, a value out of range: flags (`DDP_CRC`, `DDP_MARKERS`,
+//! `DDP_MARKERS_ALLOW`, `DDP_ZERO_BASED_TO`, `DDP_MODE`) other than 0/1, `DDP_MPA_REV`
 //! other than 1/2, IRD/ORD above 16383 or negative, `DDP_P2P` bits other than `DDP_RTR_*`,
 //! a negative `DDP_PD` (ids from 2^31 up are the library's own PDs), `DDP_MPA_TIMEOUT_MS` ≤ 0,
 //! private data longer than 512 bytes), `EISCONN` (an option set after the MPA exchange; setting
@@ -55,12 +56,14 @@ pub const DDP_PD: c_int = 11;
 pub const DDP_ZERO_BASED_TO: c_int = 12;
 /// `DDP_MPA_TIMEOUT_MS`.
 pub const DDP_MPA_TIMEOUT_MS: c_int = 13;
+/// `DDP_MARKERS_ALLOW`.
+pub const DDP_MARKERS_ALLOW: c_int = 14;
 
 /// Largest `DDP_PRIVATE_DATA` (RFC 5044).
 pub const MAX_PRIVATE_DATA: usize = 512;
 
 fn known(name: c_int) -> bool {
-    (DDP_MODE..=DDP_MPA_TIMEOUT_MS).contains(&name)
+    (DDP_MODE..=DDP_MARKERS_ALLOW).contains(&name)
 }
 
 /// The entry of `fd` if it has one, else a check that it is a TCP socket.
@@ -102,6 +105,7 @@ fn apply(o: &mut Options, name: c_int, v: Value) -> Result<(), Errno> {
     match name {
         DDP_CRC => o.crc = flag(i)?,
         DDP_MARKERS => o.markers = flag(i)?,
+        DDP_MARKERS_ALLOW => o.allow_markers = flag(i)?,
         DDP_MPA_REV => {
             if !(1..=2).contains(&i) {
                 return Err(Errno(libc::EINVAL));
@@ -224,6 +228,7 @@ fn int_of(o: &Options, name: c_int) -> c_int {
     match name {
         DDP_CRC => o.crc.into(),
         DDP_MARKERS => o.markers.into(),
+        DDP_MARKERS_ALLOW => o.allow_markers.into(),
         DDP_MPA_REV => o.mpa_rev.into(),
         DDP_IRD => o.ird.into(),
         DDP_ORD => o.ord.into(),

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""bench suite driver (see suite.sh): runs the programs, alternating TCP and DDP, writes
+bench-results/{README.md,samples.json,*.png} and prints a summary."""
+import argparse, json, os, platform, re, statistics, subprocess, sys, time
+
+p = argparse.ArgumentParser()
+p.add_argument("--lib", required=True)
+p.add_argument("--apps", required=True)
+p.add_argument("--out", required=True)
+p.add_argument("--quick", action="store_true")
+p.add_argument("--only", default="rtt,bw,rdma,rate,conns,cpu")
+p.add_argument("runs", nargs="?", type=int)
+a = p.parse_args()
+only = set(a.only.split(","))
+runs = a.runs or (3 if a.quick else 5)
+secs = 1 if a.quick else 2
+sizes = ["1", "64", "1K", "16K", "64K", "1M", "4M"] if a.quick else \
+    ["1", "16", "64", "256", "1K", "4K", "16K", "64K", "256K", "1M", "4M"]
+pin = os.environ.get("EXSOCK_BENCH_PIN", "1") == "1"
+ncpu = os.cpu_count() or 1
+RTT_CPU, BW_CPUS = "0", ("0", "1") if ncpu >= 2 else ("0", "0")
+t0 = time.time()
+
+def log(msg):
+    print(f"  [{time.time() - t0:6.0f}s] {msg}", file=sys.stderr, flush=True)
+
+def nbytes(s):
+    m = {"K": 1 << 10, "M": 1 << 20}
+    return int(s[:-1]) * m[s[-1]] if s[-1] in m else int(s)
+
+def spawn(ddp, cpu, argv):
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = a.lib if ddp else ""
+    pre = ["taskset", "-c", cpu] if pin else []
+    return subprocess.Popen(pre + ["timeout", "300"] + argv, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+def wait_usage(proc):
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return ru.ru_utime + ru.ru_stime
+
+def pair(prog, ddp, scpu, ccpu, sargs, cargs):
+    """One server + client run; returns (client output, cpu seconds of both) or None."""
+    srv = spawn(ddp, scpu, [f"{a.apps}/{prog}", "-s", "-a", "127.0.0.1", "-p", "0", "-K", "1"] + sargs)
+    port, head = None, ""
+    while port is None:
+        line = srv.stdout.readline()
+        if not line:
+            break
+        head += line
+        m = re.search(r"listening on .*:(\d+) \(", line)
+        if m:
+            port = m.group(1)
+    if port is None:
+        srv.kill(); srv.wait(); log(f"{prog} server did not start: {head.strip()[-200:]}")
+        return None
+    cli = spawn(ddp, ccpu, [f"{a.apps}/{prog}", "-c", "127.0.0.1", "-p", port, "-K", "1"] + cargs)
+    out = cli.stdout.read()
+    cpu = wait_usage(cli)
+    srv.stdout.read()
+    cpu += wait_usage(srv)
+    if cli.returncode != 0 or srv.returncode != 0:
+        log(f"{prog} {' '.join(cargs)} failed: {out.strip()[-300:]}")
+        return None
+    return out, cpu
+
+def row(out, key, col):
+    for line in out.splitlines():
+        f = line.split()
+        if f and f[0] == key:
+            return float(f[col])
+    return None
+
+samples = {}
+def add(key, v):
+    samples.setdefault(key, []).append(v)
+
+def rtt(mode, size):
+    iters = max(200, min(20000, (2000 if a.quick else 10000) * 64 // max(nbytes(size), 64)))
+    r = pair("xs-pingpong", mode != "tcp", RTT_CPU, RTT_CPU, ["-m", "tcp" if mode == "tcp" else "ddp"],
+             ["-m", mode, "-S", size, "-n", str(iters), "-w", str(max(20, iters // 20))])
+    return r and row(r[0], size, 2)
+
+def bw(mode, size, s=None):
+    r = pair("xs-bw", mode != "tcp", BW_CPUS[1], BW_CPUS[0], ["-m", "tcp" if mode == "tcp" else "ddp"],
+             ["-m", mode, "-S", size, "-W", "64", "-T", str(s or secs), "-w", "2"])
+    if not r:
+        return None, None
+    return row(r[0], size, 3), r[1]
+
+def rdbw():
+    r = pair("ddp-readbw", True, BW_CPUS[1], BW_CPUS[0], [], ["-S", "1M", "-W", "64", "-T", str(secs), "-w", "2"])
+    return r and row(r[0], "1M", 3)
+
+def conns(mode, n):
+    """n concurrent xs-bw pairs, 64 KiB writes: aggregate MB/s (sum of the clients)."""
+    procs = []
+    for i in range(n):
+        srv = spawn(mode != "tcp", BW_CPUS[1], [f"{a.apps}/xs-bw", "-s", "-a", "127.0.0.1", "-p", "0", "-K", "1",
+                                                 "-m", "tcp" if mode == "tcp" else "ddp"])
+        port = None
+        while port is None:
+            line = srv.stdout.readline()
+            if not line:
+                break
+            m = re.search(r"listening on .*:(\d+) \(", line)
+            port = m and m.group(1)
+        if not port:
+            srv.kill(); return None
+        procs.append((srv, port))
+    clis = [spawn(mode != "tcp", BW_CPUS[0], [f"{a.apps}/xs-bw", "-c", "127.0.0.1", "-p", port, "-K", "1", "-m", mode,
+                                               "-S", "64K", "-W", "16", "-T", str(secs + 1), "-w", "1"]) for _, port in procs]
+    total, ok = 0.0, True
+    for c in clis:
+        out = c.stdout.read(); c.wait()
+        v = row(out, "64K", 3)
+        ok &= c.returncode == 0 and v is not None
+        total += v or 0
+    for s, _ in procs:
+        s.stdout.read(); s.wait()
+    return total if ok else None
+
+# ---------------------------------------------------------------- the runs (alternating)
+conn_counts = [1, 10] if a.quick else [1, 10, 100]
+load0 = os.getloadavg()
+for r in range(runs):
+    order = ["tcp", "ddp"] if r % 2 == 0 else ["ddp", "tcp"]
+    log(f"run {r + 1}/{runs} (order {'/'.join(order)})")
+    for side in order:
+        modes = ["tcp"] if side == "tcp" else ["ddp", "ext"]
+        for mode in modes:
+            if "rtt" in only:
+                for s in sizes:
+                    add(("rtt", mode, s), rtt(mode, s))
+                log(f"  rtt {mode}: " + " ".join(f"{s}={samples[('rtt', mode, s)][-1]}" for s in ("64", "64K") if s in sizes))
+            if "bw" in only:
+                for s in sizes:
+                    v, _ = bw(mode, s)
+                    add(("bw", mode, s), v)
+                log(f"  bw {mode}: 64K={samples[('bw', mode, '64K')][-1]} MB/s")
+            if "rate" in only and not ("bw" in only and "64" in sizes):
+                add(("bw", mode, "64"), bw(mode, "64")[0])
+        if "rdma" in only:
+            if side == "tcp":
+                if not ("bw" in only and "1M" in sizes):
+                    add(("bw", "tcp", "1M"), bw("tcp", "1M")[0])
+            else:
+                add(("rdma", "write", "1M"), bw("write", "1M")[0])
+                add(("rdma", "read", "1M"), rdbw())
+                log(f"  rdma write/read 1M: {samples[('rdma', 'write', '1M')][-1]} / {samples[('rdma', 'read', '1M')][-1]} MB/s")
+        if "cpu" in only:
+            mode = "tcp" if side == "tcp" else "ddp"
+            v, cpu = bw(mode, "64K")
+            add(("cpu", mode, "64K"), (cpu / (v * secs / 1000)) if v and cpu else None)
+        if "conns" in only:
+            for n in conn_counts:
+                add(("conns", "tcp" if side == "tcp" else "ddp", str(n)), conns("tcp" if side == "tcp" else "ddp", n))
+            log(f"  conns {side}: " + " ".join(f"{n}={samples[('conns', 'tcp' if side == 'tcp' else 'ddp', str(n))][-1]}" for n in conn_counts))
+load1 = os.getloadavg()
+
+def med(key):
+    v = [x for x in samples.get(key, []) if x is not None]
+    return statistics.median(v) if v else None
+
+def ratio(k1, k0):
+    x, y = med(k1), med(k0)
+    return x / y if x and y else None
+
+# ---------------------------------------------------------------- output
+os.makedirs(a.out, exist_ok=True)
+cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+virt = subprocess.run(["systemd-detect-virt"], capture_output=True, text=True).stdout.strip() if \
+    subprocess.run(["sh", "-c", "command -v systemd-detect-virt"], capture_output=True).returncode == 0 else "?"
+machine = f"{ncpu} vCPU {cpu_model}, Linux {platform.release()}, virt: {virt or 'none'}"
+note = (f"{machine}; load average {load0[0]:.1f} at start, {load1[0]:.1f} at end (machine shared with "
+        f"other work); {runs} alternating runs, medians; pinning: {'ping-pong on CPU 0, bandwidth client/server CPUs ' + '/'.join(BW_CPUS) if pin else 'none'}; DDP CRC on")
+fmt = lambda v, d=2: "—" if v is None else f"{v:.{d}f}"
+lines = ["# exsock benchmark results", "", f"Machine: {note}.", "",
+         f"Generated by `scripts/bench suite{' --quick' if a.quick else ''}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
+targets = []
+if "rtt" in only or "bw" in only:
+    lines += ["## Ping-pong round trip (µs) and window bandwidth (MB/s) by size", "",
+              "| size | RTT TCP | RTT DDP plain | × | RTT DDP ext | × | BW TCP | BW DDP plain | × | BW DDP ext | × |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in sizes:
+        lines.append(f"| {s} | {fmt(med(('rtt','tcp',s)))} | {fmt(med(('rtt','ddp',s)))} | {fmt(ratio(('rtt','ddp',s),('rtt','tcp',s)))} | "
+                     f"{fmt(med(('rtt','ext',s)))} | {fmt(ratio(('rtt','ext',s),('rtt','tcp',s)))} | {fmt(med(('bw','tcp',s)),1)} | "
+                     f"{fmt(med(('bw','ddp',s)),1)} | {fmt(ratio(('bw','ddp',s),('bw','tcp',s)))} | {fmt(med(('bw','ext',s)),1)} | "
+                     f"{fmt(ratio(('bw','ext',s),('bw','tcp',s)))} |")
+    lines.append("")
+    targets.append(("DDP ping-pong 64 B, plain calls (× TCP RTT)", ratio(("rtt", "ddp", "64"), ("rtt", "tcp", "64")), "<=", 1.15))
+    targets.append(("DDP ping-pong 64 B, ext calls (× TCP RTT)", ratio(("rtt", "ext", "64"), ("rtt", "tcp", "64")), "<=", 1.15))
+    targets.append(("DDP stream 64 KiB writes (× TCP)", ratio(("bw", "ddp", "64K"), ("bw", "tcp", "64K")), ">=", 0.90))
+if "rdma" in only:
+    targets.append(("RDMA Write 1 MiB (× TCP 1 MiB)", ratio(("rdma", "write", "1M"), ("bw", "tcp", "1M")), ">=", 0.95))
+    targets.append(("RDMA Read 1 MiB (× TCP 1 MiB)", ratio(("rdma", "read", "1M"), ("bw", "tcp", "1M")), None, None))
+rate = {m: (med(("bw", m, "64")) or 0) * 1e6 / 64 / 1e6 for m in ("tcp", "ddp", "ext")}
+if "rate" in only or ("bw" in only and "64" in sizes):
+    lines += ["## 64 B message rate (M messages/s, windows of 64)", "", "| TCP | DDP plain | DDP ext Sends |", "|---:|---:|---:|",
+              f"| {rate['tcp']:.3f} | {rate['ddp']:.3f} | {rate['ext']:.3f} |", ""]
+    targets.append(("64 B Send rate (M msg/s, ext)", rate["ext"] or None, ">=", 1.0))
+if "conns" in only:
+    lines += ["## Aggregate stream throughput by connection count (MB/s, 64 KiB writes)", "",
+              "| connections | TCP | DDP | × |", "|---:|---:|---:|---:|"]
+    for n in conn_counts:
+        lines.append(f"| {n} | {fmt(med(('conns','tcp',str(n))),1)} | {fmt(med(('conns','ddp',str(n))),1)} | {fmt(ratio(('conns','ddp',str(n)),('conns','tcp',str(n))))} |")
+    lines += ["| 1000 | — | — | not measured: one process pair per connection does not scale to 1000 here (see docs/performance.md) |", ""]
+    targets.append((f"{conn_counts[-1]} connections aggregate (× TCP)", ratio(("conns", "ddp", str(conn_counts[-1])), ("conns", "tcp", str(conn_counts[-1]))), ">=", 0.90))
+if "cpu" in only:
+    lines += ["## CPU time per GB streamed (s/GB, user+sys of both ends, 64 KiB writes)", "", "| TCP | DDP | × |", "|---:|---:|---:|",
+              f"| {fmt(med(('cpu','tcp','64K')))} | {fmt(med(('cpu','ddp','64K')))} | {fmt(ratio(('cpu','ddp','64K'),('cpu','tcp','64K')))} |", ""]
+lines += ["## Targets (issue 8)", "", "| measure | value | target | |", "|---|---:|---:|---|"]
+summary = []
+for name, v, op, tgt in targets:
+    ok = None if v is None or op is None else (v <= tgt if op == "<=" else v >= tgt)
+    verdict = "—" if ok is None else ("met" if ok else "MISSED")
+    lines.append(f"| {name} | {fmt(v)} | {'' if op is None else f'{op} {tgt}'} | {verdict} |")
+    summary.append(f"  {name:48s} {fmt(v):>8s}  {'' if op is None else f'{op} {tgt}':8s} {verdict}")
+lines += ["", "Pass-through overhead: `scripts/bench passthrough` (iperf3 + TCP RTT with and without the library).", ""]
+pngs = []
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    xs = [nbytes(s) for s in sizes]
+    for kind, ylabel, fname, title in (("rtt", "round trip (µs)", "latency.png", "Ping-pong latency (cf. paper Fig. 5)"),
+                                       ("bw", "bandwidth (MB/s)", "bandwidth.png", "Window bandwidth (cf. paper Fig. 6)")):
+        if kind not in only:
+            continue
+        plt.figure(figsize=(7, 4.5))
+        for mode, lab in (("tcp", "TCP"), ("ddp", "DDP, plain calls"), ("ext", "DDP, extension calls")):
+            ys = [med((kind, mode, s)) for s in sizes]
+            pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
+            if pts:
+                plt.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=lab)
+        plt.xscale("log", base=2); plt.yscale("log")
+        plt.xlabel("message size (bytes)"); plt.ylabel(ylabel); plt.title(title); plt.grid(True, which="both", alpha=0.3)
+        plt.legend(); plt.figtext(0.01, 0.01, machine[:110], fontsize=6); plt.tight_layout()
+        plt.savefig(os.path.join(a.out, fname), dpi=120); plt.close(); pngs.append(fname)
+except ImportError:
+    lines.append("(no plots: python3-matplotlib not installed)")
+for f in pngs:
+    lines.append(f"![{f}]({f})")
+open(os.path.join(a.out, "README.md"), "w").write("\n".join(lines) + "\n")
+json.dump({"machine": note, "samples": {"/".join(k): v for k, v in samples.items()}},
+          open(os.path.join(a.out, "samples.json"), "w"), indent=1)
+print(f"bench suite: {runs} alternating runs, medians; {machine}")
+print(f"  load average {load0[0]:.1f} -> {load1[0]:.1f}")
+print("\n".join(summary))
+print(f"  results: {a.out}/README.md" + (f", plots: {', '.join(pngs)}" if pngs else ""))

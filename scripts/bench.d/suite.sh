@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# summary: the issue-8 suite: latency/bandwidth over sizes (TCP, DDP plain, DDP ext), RDMA, 64 B rate, connections, CPU/GB; table + plots in bench-results/
+#
+# bench suite [--quick] [--only LIST] [RUNS]
+#   Measures, in one invocation, alternating TCP and DDP run by run (order flipped every run),
+#   over 127.0.0.1, DDP with CRC on, and quotes medians and median ratios to plain TCP:
+#     rtt      ping-pong round trip, sizes 1 B .. 4 MiB: xs-pingpong -m tcp | ddp | ext
+#     bw       window bandwidth (64 messages in flight), sizes 1 B .. 4 MiB: xs-bw -m tcp | ddp | ext
+#     rdma     RDMA Write (xs-bw -m write) and Read (ddp-readbw) 1 MiB, vs TCP 1 MiB writes
+#     rate     64 B message rate (xs-bw 64 B: tcp, ddp plain, ext Sends)
+#     conns    aggregate stream throughput with 1, 10 (and, not --quick, 100) concurrent
+#              connections (one xs-bw client/server pair per connection, 64 KiB writes)
+#     cpu      CPU time (user+sys of both processes, from wait4) per GB streamed, 64 KiB writes
+#   --only rtt,bw,...  a subset; --quick: fewer sizes, 1 s runs, 3 runs.
+#   Output: bench-results/README.md (table, machine, load), bench-results/*.png (Fig. 5/6
+#   style: latency and bandwidth vs size, one line per mode), bench-results/samples.json,
+#   and a short summary on the terminal. Progress lines go to stderr while it runs.
+#   Pass-through overhead is `scripts/bench passthrough` (iperf3 + TCP RTT; run by `bench all`).
+. "$(dirname "$0")/../lib/common.sh"
+need_cmd python3
+need_cmd gcc
+need_cmd make
+need_cmd taskset util-linux
+python3 -c 'import matplotlib' 2>/dev/null || need_pkg python3-matplotlib || echo "note: no matplotlib: no plots" >&2
+say "building libexsock.so and the test-apps"
+if [ -z "${EXSOCK_LIB:-}" ]; then
+  (cd "$EXSOCK_ROOT" && cargo build --release -p preload --quiet)
+  EXSOCK_LIB=$CARGO_TARGET_DIR/release/libexsock.so
+fi
+apps=$CARGO_TARGET_DIR/test-apps
+make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" "$apps/xs-pingpong" "$apps/xs-bw" "$apps/ddp-readbw" >&2
+exec python3 "$(dirname "$0")/suite.py" --lib "$EXSOCK_LIB" --apps "$apps" --out "$EXSOCK_ROOT/bench-results" "$@"
