@@ -59,15 +59,40 @@ pids+=($!)
 until_true 20 listening "$P" && until_true 20 listening "$P2" || die "servers did not start"
 
 # a short transfer, captured (iperf2 closes its stream cleanly: every FPDU is in the capture)
-dumpcap -i lo -f "tcp port $P2 or tcp port $S" -B 64 -P -w "$tmp/c.pcap" > "$tmp/dc.log" 2>&1 &
-dc=$!; pids+=("$dc")
-until_true 15 grep -q "Capturing on" "$tmp/dc.log" || die "capture did not start"
-EXSOCK_RULES=$cli EXSOCK_LOG=debug:"$tmp/c.log" "$run" iperf -c 127.0.0.1 -p "$P2" -n 16M > /dev/null 2>&1 || die "iperf2 failed"
-python3 -c 'import socket,sys
+sentinel_syn() {
+  python3 -c 'import socket,sys
 try: socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)
 except OSError: pass' "$S"
-until_true 30 bash -c "tshark -n -r '$tmp/c.pcap' -Y 'tcp.port == $S' 2>/dev/null | grep -q ." || die "capture incomplete"
-kill -INT "$dc"; wait "$dc" 2>/dev/null || true
+}
+sentinel_count() { tshark -n -r "$tmp/c.pcap" -Y "tcp.port == $S" 2>/dev/null | wc -l; }
+sentinel_grew() { [ "$(sentinel_count)" -gt "$1" ]; }
+sentinel_in_capture() { sentinel_syn; tshark -n -r "$tmp/c.pcap" -Y "tcp.port == $S" 2>/dev/null | grep -q .; }
+# capture_once: returns 0 if dumpcap kept every packet, 2 if it reported drops (then retried:
+# a lost packet would show as a bogus bad CRC, which is the capture's fault, not the wire's)
+capture_once() {
+  rm -f "$tmp/c.pcap"
+  dumpcap -i lo -f "tcp port $P2 or tcp port $S" -B 64 -P -w "$tmp/c.pcap" > "$tmp/dc.log" 2>&1 &
+  dc=$!; pids+=("$dc")
+  until_true 15 grep -q "Capturing on" "$tmp/dc.log" || die "capture did not start"
+  # "Capturing on" comes before packets reach the file: probe until one is there
+  until_true 20 sentinel_in_capture || die "capture did not record a probe packet"
+  EXSOCK_RULES=$cli EXSOCK_LOG=debug:"$tmp/c.log" "$run" iperf -c 127.0.0.1 -p "$P2" -n 2M > /dev/null 2>&1 || die "iperf2 failed"
+  # packets reach the file in order: once a sentinel sent after the transfer is in it, all of
+  # the transfer is too
+  local n0
+  n0=$(sentinel_count)
+  sentinel_syn
+  until_true 30 sentinel_grew "$n0" || die "capture incomplete"
+  kill -INT "$dc"; wait "$dc" 2>/dev/null || true
+  local drops
+  drops=$(sed -n "s|^Packets received/dropped on interface '[^']*': [0-9]*/\([0-9]*\) .*|\1|p" "$tmp/dc.log")
+  [ "${drops:-0}" = 0 ] || return 2
+}
+for try in 1 2 3; do
+  rc=0; capture_once || rc=$?
+  [ $rc -eq 0 ] && break
+  [ $try -eq 3 ] && die "dumpcap dropped packets in 3 captures"
+done
 
 bps() { # MODE-RULES PORT
   EXSOCK_RULES=$1 "${pin_c[@]}" "$run" iperf3 -c 127.0.0.1 -p "$2" -t 3 -J 2>/dev/null \
@@ -83,6 +108,6 @@ tcp=$(bps "" "$Pt")
 echo "client log: $(grep -m1 'mode: connect' "$tmp/c.log" | sed 's/^exsock\[[0-9]*\]: //')"
 echo "server log: $(grep -m1 'mode: accept' "$tmp/s.log" | sed 's/^exsock\[[0-9]*\]: //')"
 echo "            $(grep -m1 'ddp accept(' "$tmp/s.log" | sed 's/^exsock\[[0-9]*\]: //; s/ DdpSocket.*//')"
-echo "wire (iperf2 -n 16M, scripts/wirecheck):"
+echo "wire (iperf2 -n 2M, scripts/wirecheck):"
 "$EXSOCK_ROOT/scripts/wirecheck" "$tmp/c.pcap" --port "$P2" 2>&1 | grep -E '^  (MPA|FPDUs|RDMAP)|: (OK|FAILED)' | sed 's/^ */    /'
 echo "iperf3, 3 s, one stream: over iWARP $ddp Gbit/s, plain TCP $tcp Gbit/s ($(python3 -c "print('%.2f' % ($ddp / $tcp))")x)"

@@ -72,6 +72,19 @@ start_capture() {
   cap_pid=$!; pids+=("$cap_pid")
   wait_for "dumpcap to capture on lo" 15 "$cap_pid" grep -q "Capturing on" "$tmp/$1.dumpcap.log" \
     || { cat "$tmp/$1.dumpcap.log"; die "the capture did not start"; }
+  # "Capturing on" is printed before packets really reach the file: probe the sentinel port
+  # until a probe is in the capture, so nothing of the test's traffic can be missed
+  wait_for "a probe packet in the capture" 20 "$cap_pid" probe_in_capture "$tmp/$1.pcap" \
+    || { cat "$tmp/$1.dumpcap.log"; die "the capture did not record a probe packet"; }
+}
+# probe_in_capture PCAP: one SYN to the closed sentinel port, then whether one is in PCAP
+probe_in_capture() {
+  python3 -c '
+import socket, sys
+s = socket.socket()
+try: s.connect(("127.0.0.1", int(sys.argv[1])))
+except OSError: pass' "$cap_sentinel"
+  in_capture "$1" "$cap_sentinel"
 }
 # in_capture PCAP PORT: the (partly written) capture holds a packet from/to PORT (no -c: with a
 # display filter, tshark 4.0 counts packets read, not packets shown)
