@@ -24,7 +24,7 @@ fn tcp_pair_nodelay() -> (TcpStream, TcpStream) {
 }
 
 #[test]
-#[ignore]
+#[ignore = "a measurement, not a test: cargo test --release -p ddp-user --test perf -- --ignored --nocapture"]
 fn perf_loopback() {
     bounded(300, || {
         // --- ping-pong RTT, 1 byte ---
