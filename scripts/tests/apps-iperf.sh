@@ -3,7 +3,7 @@
 # DDP mode by EXSOCK_RULES only (server rule on the port, client rule on the destination).
 # iperf3 normal, -R and -P 4 (2 s each) and iperf2 (2 s) must complete and move data; the
 # EXSOCK_LOG of each side must show every socket switched by a rule with its MPA exchange
-# done; a short iperf2 run (8 MiB) is captured on lo and scripts/wirecheck must find the bytes
+# done; a short iperf2 run (2 MiB) is captured on lo and scripts/wirecheck must find the bytes
 # inside FPDUs with good CRCs.
 # Not iperf2 -P: its server accepts one connection at a time and waits up to 4 s for each one's
 # first bytes before the next accept, while its client connects all streams before any sends;
@@ -52,7 +52,7 @@ ddp_used "iperf3 server" "$tmp/iperf3-s.log" "$clients"
 grep -q "mode: listen(.*DDP listener, dual mode (rule 1" "$tmp/iperf3-s.log" || fail "iperf3 server: no rule-switched listener in its log"
 grep -qF "rule 1: $srv_rules" "$tmp/iperf3-s.log" || fail "iperf3 server: no startup banner with its rule"
 
-# iperf2: one stream for 2 s, then 8 MiB captured (iperf2's client closes its stream when done
+# iperf2: one stream for 2 s, then 2 MiB captured (iperf2's client closes its stream when done
 # and the server reads to EOF, so the capture holds every FPDU; iperf3 ends a test by resetting
 # streams with data in flight, which leaves a cut FPDU at the end of the capture).
 port=$(free_port)
@@ -66,11 +66,17 @@ EXSOCK_RULES=$i2_rules EXSOCK_LOG=debug:"$tmp/iperf2-c.log" timeout 30 "$run" ip
   > "$tmp/iperf2.out" 2>&1 || fail "iperf2 failed: $(tail -n 5 "$tmp/iperf2.out")"
 rate=$(grep -E 'sec .*bits/sec' "$tmp/iperf2.out" | tail -n 1)
 if [ -n "$rate" ] && ! grep -qiE 'error|failed|refused' "$tmp/iperf2.out"; then ok "iperf2 over DDP: $rate"; else cat "$tmp/iperf2.out"; fail "iperf2: no rate"; fi
-say "iperf2, 8 MiB, captured on lo"
-start_capture iperf2 "$port"
-EXSOCK_RULES=$i2_rules EXSOCK_LOG=debug:"$tmp/iperf2-c.log" timeout 30 "$run" iperf -c 127.0.0.1 -p "$port" -n 8M \
-  > "$tmp/iperf2-cap.out" 2>&1 || fail "captured iperf2 run failed: $(tail -n 3 "$tmp/iperf2-cap.out")"
-stop_capture iperf2
+say "iperf2, 2 MiB, captured on lo"
+# a capture that lost segments (tshark says so itself: tcp.analysis.lost_segment) cannot be
+# decoded; that is the capture's fault, not the wire's: take it again (at most 3 times)
+for try in 1 2 3; do
+  start_capture iperf2 "$port"
+  EXSOCK_RULES=$i2_rules EXSOCK_LOG=debug:"$tmp/iperf2-c.log" timeout 30 "$run" iperf -c 127.0.0.1 -p "$port" -n 2M \
+    > "$tmp/iperf2-cap.out" 2>&1 || fail "captured iperf2 run failed: $(tail -n 3 "$tmp/iperf2-cap.out")"
+  stop_capture iperf2
+  capture_complete "$tmp/iperf2.pcap" && break
+  echo "note: the capture lost segments (try $try); capturing again"
+done
 stop_pid "$spid"
 wire_check iperf2 "$port" 1
 ddp_used "iperf2 client" "$tmp/iperf2-c.log" 2

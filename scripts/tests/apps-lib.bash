@@ -89,6 +89,10 @@ except OSError: pass' "$cap_sentinel"
 # in_capture PCAP PORT: the (partly written) capture holds a packet from/to PORT (no -c: with a
 # display filter, tshark 4.0 counts packets read, not packets shown)
 in_capture() { tshark -n -r "$1" -Y "tcp.port == $2" 2>/dev/null | grep -q .; }
+# capture_complete PCAP: tshark finds no segment missing from the capture
+capture_complete() {
+  ! tshark -n -r "$1" -Y 'tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment' 2>/dev/null | grep -q .
+}
 # stop_capture NAME: a SYN to the closed sentinel port; once dumpcap wrote it (packets reach the
 # file in order, so everything before it is there too), stop dumpcap; it must report no drop
 stop_capture() {
