@@ -145,6 +145,10 @@ static void *pump(void *arg)
 	struct dir *d = arg;
 	struct conn *c = d->c;
 	static __thread uint8_t buf[BUF];
+	/* the destination is gone: keep reading (and dropping) what the source sends, so that
+	 * closing later is not a reset that would throw away bytes still queued toward the
+	 * source from the other direction (e.g. the peer's Terminate) */
+	int sink_dead = 0;
 	for (;;) {
 		size_t want = BUF;
 		if (d->chaos && opt_rst != UINT64_MAX) {
@@ -163,8 +167,18 @@ static void *pump(void *arg)
 				shutdown(d->to, SHUT_WR);
 			break;
 		}
-		if (n < 0)
-			goto do_reset; /* ECONNRESET or shut down by the other direction */
+		if (n < 0) {
+			/* our own deliberate reset (RST mode, other direction): nothing more to do */
+			if (atomic_load(&c->reset))
+				break;
+			/* the source reset its end: pass on the end of the stream, after every byte
+			 * already queued toward the destination (a reset here would discard them) */
+			if (!sink_dead)
+				shutdown(d->to, SHUT_WR);
+			break;
+		}
+		if (sink_dead)
+			continue;
 		if (d->chaos && opt_flip != UINT64_MAX && d->flipped_at == UINT64_MAX &&
 		    opt_flip >= d->bytes && opt_flip < d->bytes + (uint64_t)n) {
 			buf[opt_flip - d->bytes] ^= (uint8_t)(1u << d->flip_bit);
@@ -185,8 +199,10 @@ static void *pump(void *arg)
 					;
 				d->stalls++;
 			}
-			if (write_all(d->to, buf + off, seg))
-				goto do_reset;
+			if (write_all(d->to, buf + off, seg)) {
+				sink_dead = 1;
+				break;
+			}
 			off += seg;
 			d->writes++;
 		}
