@@ -61,6 +61,7 @@ fn write(a: &DdpSocket, b: &DdpSocket, len: usize, seed: u64) {
     let mut region = vec![0u8; len.max(1)];
     // SAFETY: `region` outlives the registration (dereg below).
     let stag = unsafe { b.reg_mr(region.as_mut_ptr(), region.len(), ACC_REMOTE_WRITE) }.unwrap();
+    let reg = Registered::new(b, stag);
     let note = [0u8; 1];
     // SAFETY: `note` lives until its completion is taken.
     unsafe { b.post_recv(1, &[iov(&note)]).unwrap() };
@@ -79,7 +80,7 @@ fn write(a: &DdpSocket, b: &DdpSocket, len: usize, seed: u64) {
     // The Send follows the Write: once it is received, the Write is placed.
     let r = wait_one(b);
     assert_eq!((r.wr_id, r.status), (1, 0));
-    b.dereg_mr(stag).unwrap();
+    reg.dereg();
     assert!(
         region[..len] == data[..],
         "RDMA Write content differs ({len} bytes)"
@@ -92,6 +93,7 @@ fn read(a: &DdpSocket, b: &DdpSocket, len: usize, seed: u64) {
     src.push(0);
     // SAFETY: `src` outlives the registration.
     let stag = unsafe { b.reg_mr(src.as_mut_ptr(), src.len(), ACC_REMOTE_READ) }.unwrap();
+    let reg = Registered::new(b, stag);
     let sink = vec![0u8; len];
     // SAFETY: `sink` lives until the completion.
     unsafe {
@@ -103,7 +105,7 @@ fn read(a: &DdpSocket, b: &DdpSocket, len: usize, seed: u64) {
         (w.wr_id, w.status, w.opcode, w.byte_len as usize),
         (5, 0, opcode::READ, len)
     );
-    b.dereg_mr(stag).unwrap();
+    reg.dereg();
     assert!(sink == data, "RDMA Read content differs ({len} bytes)");
 }
 

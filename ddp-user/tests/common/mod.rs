@@ -8,11 +8,57 @@ use std::os::fd::{AsRawFd, IntoRawFd};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use ddp_user::{DdpSocket, Options, Wc};
+use ddp_user::{DdpSocket, Options, STag, Wc};
 
-/// Runs `f` on a thread; if it does not finish within `secs`, the whole test binary fails
-/// (a hung engine must not hang the test run).
+/// How much slower than natively the tests run (`EXSOCK_TEST_TIME_SCALE`, default 1; the
+/// valgrind run sets 10): every time bound below is multiplied by it.
+pub fn time_scale() -> u64 {
+    std::env::var("EXSOCK_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(1)
+}
+
+/// A registration that is deregistered when dropped, also while a failed test unwinds: the
+/// memory must stay valid while it is registered (the engine may place into it), so it has
+/// to be declared *after* the buffer it covers (locals drop in reverse order).
+pub struct Registered<'a> {
+    sock: &'a DdpSocket,
+    /// The STag.
+    pub stag: STag,
+    done: bool,
+}
+
+impl<'a> Registered<'a> {
+    /// Takes ownership of `stag`'s registration on `sock`.
+    pub fn new(sock: &'a DdpSocket, stag: STag) -> Self {
+        Registered {
+            sock,
+            stag,
+            done: false,
+        }
+    }
+
+    /// Deregisters now, asserting success.
+    pub fn dereg(mut self) {
+        self.done = true;
+        self.sock.dereg_mr(self.stag).unwrap();
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.sock.dereg_mr(self.stag);
+        }
+    }
+}
+
+/// Runs `f` on a thread; if it does not finish within `secs` (times [`time_scale`]), the whole
+/// test binary fails (a hung engine must not hang the test run).
 pub fn bounded<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let secs = secs * time_scale();
     let (tx, rx) = mpsc::channel();
     let h = std::thread::spawn(move || {
         let r = f();
@@ -121,13 +167,14 @@ pub fn recv_exact(s: &DdpSocket, len: usize) -> Vec<u8> {
     v
 }
 
-/// Waits for exactly one completion (10 s bound).
+/// Waits for exactly one completion (10 s bound, times [`time_scale`]).
 pub fn wait_one(s: &DdpSocket) -> Wc {
     let mut wc = [Wc::default(); 1];
+    let secs = 10 * time_scale();
     let n = s
-        .wait_cq(&mut wc, Some(Duration::from_secs(10)))
+        .wait_cq(&mut wc, Some(Duration::from_secs(secs)))
         .expect("wait_cq");
-    assert_eq!(n, 1, "no completion within 10 s");
+    assert_eq!(n, 1, "no completion within {secs} s");
     wc[0]
 }
 
