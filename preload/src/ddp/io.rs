@@ -31,60 +31,60 @@ fn errno(e: ddp_user::Errno) -> Errno {
 /// `IOV_MAX`.
 const IOV_MAX: c_int = 1024;
 
+/// Validates the caller's iovec array and turns each non-empty entry into `make(base, len)`:
+/// `iovcnt` outside `0..=IOV_MAX` is EINVAL, a null array or null base is EFAULT (as the
+/// kernel reports them); empty entries are skipped.
+///
+/// # Safety
+/// `iov` is valid for `n` entries.
+unsafe fn walk_iovecs<T>(
+    iov: *const iovec,
+    n: c_int,
+    mut make: impl FnMut(*mut u8, usize) -> T,
+) -> Result<Vec<T>, Errno> {
+    if !(0..=IOV_MAX).contains(&n) {
+        return Err(Errno(libc::EINVAL));
+    }
+    if n > 0 && iov.is_null() {
+        return Err(Errno(libc::EFAULT));
+    }
+    let mut out = Vec::with_capacity(n as usize);
+    for i in 0..n as usize {
+        // SAFETY: within the caller's array.
+        let v = unsafe { iov.add(i).read() };
+        if v.iov_len == 0 {
+            continue;
+        }
+        if v.iov_base.is_null() {
+            return Err(Errno(libc::EFAULT));
+        }
+        out.push(make(v.iov_base.cast::<u8>(), v.iov_len));
+    }
+    Ok(out)
+}
+
 /// The caller's iovecs as slices.
 ///
 /// # Safety
 /// `iov` is valid for `n` entries, each describing memory valid for reads and writes.
 unsafe fn slices_mut<'a>(iov: *const iovec, n: c_int) -> Result<Vec<IoSliceMut<'a>>, Errno> {
-    if !(0..=IOV_MAX).contains(&n) {
-        return Err(Errno(libc::EINVAL));
+    // SAFETY: the caller's array and buffers (see above).
+    unsafe {
+        walk_iovecs(iov, n, |p, len| {
+            IoSliceMut::new(core::slice::from_raw_parts_mut(p, len))
+        })
     }
-    if n > 0 && iov.is_null() {
-        return Err(Errno(libc::EFAULT));
-    }
-    let mut out = Vec::with_capacity(n as usize);
-    for i in 0..n as usize {
-        // SAFETY: within the caller's array.
-        let v = unsafe { iov.add(i).read() };
-        if v.iov_len == 0 {
-            continue;
-        }
-        if v.iov_base.is_null() {
-            return Err(Errno(libc::EFAULT));
-        }
-        // SAFETY: the caller's buffer.
-        out.push(IoSliceMut::new(unsafe {
-            core::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len)
-        }));
-    }
-    Ok(out)
 }
 
 /// # Safety
 /// As [`slices_mut`], for reads.
 unsafe fn slices<'a>(iov: *const iovec, n: c_int) -> Result<Vec<IoSlice<'a>>, Errno> {
-    if !(0..=IOV_MAX).contains(&n) {
-        return Err(Errno(libc::EINVAL));
+    // SAFETY: the caller's array and buffers (see above).
+    unsafe {
+        walk_iovecs(iov, n, |p, len| {
+            IoSlice::new(core::slice::from_raw_parts(p, len))
+        })
     }
-    if n > 0 && iov.is_null() {
-        return Err(Errno(libc::EFAULT));
-    }
-    let mut out = Vec::with_capacity(n as usize);
-    for i in 0..n as usize {
-        // SAFETY: within the caller's array.
-        let v = unsafe { iov.add(i).read() };
-        if v.iov_len == 0 {
-            continue;
-        }
-        if v.iov_base.is_null() {
-            return Err(Errno(libc::EFAULT));
-        }
-        // SAFETY: the caller's buffer.
-        out.push(IoSlice::new(unsafe {
-            core::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len)
-        }));
-    }
-    Ok(out)
 }
 
 fn recv_flags(flags: c_int) -> Result<c_int, Errno> {
