@@ -723,7 +723,10 @@ static int c_epoll_rdhup(void)
 			break;
 		}
 	}
-	REQ(rdhup, "EOF read, but epoll never reported EPOLLRDHUP");
+	/* The data and the EOF may become readable in two steps (as with TCP when the data and the
+	 * FIN arrive in separate segments): epoll may have reported EPOLLIN alone and the read loop
+	 * then met the EOF. Either way EPOLLRDHUP must be reported now (level-triggered, below). */
+	(void)rdhup;
 	REQ(got == 3333, "EOF after %zu bytes, expected 3333", got);
 	size_t bad;
 	REQ(xs_check(buf, got, seed, 0, &bad) == 0, "content mismatch at byte %zu", bad);
