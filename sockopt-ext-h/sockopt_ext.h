@@ -6,6 +6,11 @@
  * carried in RDMAP Sends); the functions below add message-based Sends with posted receives,
  * one-sided RDMA Write and Read into registered memory, and completions.
  *
+ * ioctl(fd, SIOCOUTQ, &n) (= TIOCOUTQ) and SIOCOUTQNSD count, as for a TCP socket, the bytes
+ * the peer's TCP has not acknowledged / that are not sent yet, the library's own queue
+ * included (in wire bytes: FPDU headers and CRCs count). n == 0 means that everything written
+ * and posted has been acknowledged; a Send or Write completion only means "handed to TCP".
+ *
  * The implementation is libexsock.so, loaded with LD_PRELOAD (scripts/exsock-run) or linked
  * (pkg-config exsock). The functions are declared weak: a program built against this header
  * runs without the library, and ddp_available() tells at run time whether it is there.
@@ -133,6 +138,13 @@ __attribute__((weak)) int ddp_dereg_mr(int fd, uint32_t stag);
 
 #define DDP_SIGNALED  0x1 /* generate a completion for this work request */
 #define DDP_SOLICITED 0x2 /* Send with Solicited Event */
+/* More work requests follow at once (as MSG_MORE): the library may keep this Send, Write or
+ * Read queued, off the wire, and put it out together with the following ones (several FPDUs
+ * per system call). Queued requests go out with the next post on the socket without
+ * DDP_MORE, at the next ddp_poll/ddp_wait on it, or once a batch is full; a request posted
+ * with DDP_MORE and followed by none of these may stay queued: end every batch with a post
+ * without it, or poll. */
+#define DDP_MORE      0x4
 
 /* Posts a receive buffer for one incoming Send. Once a socket has posted a receive, every
  * incoming Send needs one: a Send with none posted is a DDP error (Terminate: untagged

@@ -66,7 +66,7 @@ use std::collections::VecDeque;
 use crate::ddp::segment::Segmenter;
 use crate::ddp::tagged::{self, CheckLayer};
 use crate::ddp::untagged::{QueueRx, QueueTx, SendPlacement, SendRx, SendSink};
-use crate::ddp::{Access, Memory, STag, Sge, sge_pieces, sge_total};
+use crate::ddp::{Access, Memory, STag, Sge, SgeList, sge_pieces, sge_total};
 use crate::error::{ProtoError, TermCode, TermLayer};
 use crate::mpa::deframer::{Deframer, Event as DfEvent, RxConfig, UlpduHeader};
 use crate::mpa::framer::{Framer, Piece, TxConfig};
@@ -393,7 +393,7 @@ struct SendWr {
     wr_id: u64,
     kind: WrKind,
     /// Send/Write source, or Read sink.
-    sges: Vec<Sge>,
+    sges: SgeList,
     len: u64,
     signaled: bool,
     internal: bool,
@@ -486,6 +486,8 @@ pub struct Connection {
     cfg: ConnConfig,
     state: State,
     framer: Framer,
+    /// The framer's output for one FPDU (kept: no allocation per FPDU).
+    frame_pieces: Vec<Piece>,
     deframer: Deframer,
     // ---- transmit ----
     sq: VecDeque<SendWr>,
@@ -532,6 +534,7 @@ impl Connection {
                 crc: neg.crc,
                 markers: neg.markers_tx,
             }),
+            frame_pieces: Vec::new(),
             deframer: Deframer::new(RxConfig {
                 crc: neg.crc,
                 markers: neg.markers_rx,
@@ -611,6 +614,50 @@ impl Connection {
             && self.orq.front().is_none_or(|r| r.received == 0)
     }
 
+    /// Bytes this connection still has to write to the stream: the FPDU bytes framed by
+    /// [`Connection::poll_transmit`] and not yet reported written ([`Connection::on_written`];
+    /// exact), plus the FPDUs of everything queued and not framed yet (the rest of the message
+    /// being segmented, posted Sends, Writes and Read Requests, Read Responses owed, an RTR, a
+    /// pending Terminate), each counted as length field + header + payload + pad + CRC field.
+    /// Markers of FPDUs not framed yet are not counted (with markers on, a lower bound). 0
+    /// exactly when nothing is left to send; the driver adds its own unsent bytes and the
+    /// socket's (what `SIOCOUTQ` reports for a DDP socket).
+    pub fn unsent_len(&self) -> u64 {
+        let mulpdu = self.cfg.mulpdu;
+        let mut n = self.tx_pos - self.written_pos;
+        if let Some(term) = self.terminate {
+            n += fpdu_bytes(0, terminate_message(term, 0).buffer_len(), mulpdu);
+        }
+        if !matches!(self.state, State::Open | State::Closing) {
+            return n;
+        }
+        n += match self.rtr_to_send {
+            Some(RtrKind::Write) => fpdu_bytes(0, 14, mulpdu),
+            Some(RtrKind::Send) => fpdu_bytes(0, 18, mulpdu),
+            Some(RtrKind::Read) => fpdu_bytes(0, 18 + READ_REQUEST_LEN, mulpdu),
+            None => 0,
+        };
+        if let Some(TxActive::Sq { wr, seg, .. }) = &self.active
+            && !seg.is_done()
+        {
+            n += fpdu_bytes(seg.remaining(), sq_header_len(&wr.kind), mulpdu);
+        }
+        for wr in &self.sq {
+            let payload = if matches!(wr.kind, WrKind::Read { .. }) {
+                0
+            } else {
+                wr.len
+            };
+            n += fpdu_bytes(payload, sq_header_len(&wr.kind), mulpdu);
+        }
+        // The response being sent stays at the front until its last segment is framed, its
+        // `sent` counting what was framed (the active segmenter's position).
+        for job in self.irq.iter() {
+            n += fpdu_bytes(u64::from(job.req.read_size - job.sent), 14, mulpdu);
+        }
+        n
+    }
+
     /// What a Send that finds no posted receive does. A driver that offers both plain stream
     /// I/O and posted receives starts in [`RecvMode::Stream`] and switches to
     /// [`RecvMode::Posted`] when the application posts its first receive; the change applies
@@ -664,7 +711,7 @@ impl Connection {
         self.sq.push_back(SendWr {
             wr_id,
             kind,
-            sges: sges.to_vec(),
+            sges: SgeList::from_slice(sges),
             len,
             signaled,
             internal: false,
@@ -752,7 +799,7 @@ impl Connection {
         self.sq.push_back(SendWr {
             wr_id,
             kind,
-            sges: sink.to_vec(),
+            sges: SgeList::from_slice(sink),
             len: u64::from(len),
             signaled,
             internal: false,
@@ -1473,6 +1520,13 @@ impl Connection {
         }
     }
 
+    /// The ULPDU length (DDP/RDMAP header + payload) of the FPDU whose payload is being
+    /// received, if any: lets a driver tell small messages (cheaper copied out of large
+    /// buffered reads) from large ones (placed directly), whatever the markers cut.
+    pub fn rx_ulpdu_len(&self) -> Option<usize> {
+        self.deframer.current_ulpdu_len()
+    }
+
     /// The driver read `len` bytes straight into the target [`Connection::rx_plan`] gave.
     /// They are read back through `mem` for the CRC and accounted.
     ///
@@ -1500,14 +1554,27 @@ impl Connection {
     /// The next bytes to write, or `None` if there is nothing to send now.
     pub fn poll_transmit<M: Memory + ?Sized>(&mut self, mem: &M) -> Option<Transmit> {
         let mut t = Transmit::default();
+        self.poll_transmit_into(mem, &mut t).then_some(t)
+    }
+
+    /// As [`Connection::poll_transmit`], into `t` (cleared first, its allocations reused: a
+    /// driver that recycles one `Transmit` allocates nothing per message). Returns whether
+    /// `t` holds anything to write. Every FPDU that is ready goes into one `Transmit`, up to
+    /// [`ConnConfig::max_transmit`] bytes (several FPDUs per `writev`).
+    pub fn poll_transmit_into<M: Memory + ?Sized>(&mut self, mem: &M, t: &mut Transmit) -> bool {
+        t.scratch.clear();
+        t.pieces.clear();
+        t.fpdus = 0;
+        // Bytes framed into `t` so far (every piece advances `tx_pos`).
+        let start = self.tx_pos;
         loop {
-            if t.fpdus > 0 && t.len() >= self.cfg.max_transmit {
+            if t.fpdus > 0 && (self.tx_pos - start) as usize >= self.cfg.max_transmit {
                 break;
             }
             if let Some(term) = self.terminate.take() {
                 let msn = self.tx_qn[2].take();
                 let h = terminate_message(term, msn);
-                self.frame_segment(&mut t, &h, &[], mem);
+                self.frame_segment(t, &h, &[], mem);
                 self.stats.terminates_sent += 1;
                 self.finish();
                 break;
@@ -1516,18 +1583,18 @@ impl Connection {
                 break;
             }
             if let Some(kind) = self.rtr_to_send.take() {
-                self.send_rtr(&mut t, kind, mem);
+                self.send_rtr(t, kind, mem);
                 continue;
             }
             if self.active.is_none() && !self.start_message(mem) {
                 break;
             }
-            if !self.next_segment(&mut t, mem) {
+            if !self.next_segment(t, mem) {
                 break;
             }
         }
         self.check_closing();
-        if t.fpdus == 0 { None } else { Some(t) }
+        t.fpdus > 0
     }
 
     fn send_rtr<M: Memory + ?Sized>(&mut self, t: &mut Transmit, kind: RtrKind, mem: &M) {
@@ -1701,13 +1768,14 @@ impl Connection {
                 RdmapHeader::new(RdmapMessage::ReadRequest { msn, mo: 0, body }, true)
             }
         };
-        let mut parts = Vec::new();
+        let mut parts = SrcList::default();
         let mut ok = true;
         if !is_read && s.len > 0 {
             ok = sge_pieces(&wr.sges, s.offset, s.len as u64, |addr, l| {
                 parts.push(Src::Local(addr, l))
             });
             ok &= parts
+                .as_slice()
                 .iter()
                 .all(|p| matches!(p, Src::Local(a, l) if mem.local(*a, *l).is_some()));
         }
@@ -1716,7 +1784,7 @@ impl Connection {
             self.fail(ProtoError::RdmapLocalCatastrophic, None);
             return false;
         }
-        self.frame_segment(t, &h, &parts, mem);
+        self.frame_segment(t, &h, parts.as_slice(), mem);
         if !s.last {
             return true;
         }
@@ -1732,7 +1800,7 @@ impl Connection {
         {
             self.orq.issue(OutstandingRead {
                 wr_id: wr.wr_id,
-                sink: wr.sges.clone(),
+                sink: wr.sges.to_vec(),
                 sink_stag,
                 sink_to,
                 len,
@@ -1795,12 +1863,9 @@ impl Connection {
             },
             s.last,
         );
-        let parts: Vec<Src> = if s.len == 0 {
-            Vec::new()
-        } else {
-            vec![Src::Region(req.source_stag, tgt.offset, s.len)]
-        };
-        self.frame_segment(t, &h, &parts, mem);
+        let part = [Src::Region(req.source_stag, tgt.offset, s.len)];
+        let parts: &[Src] = if s.len == 0 { &[] } else { &part };
+        self.frame_segment(t, &h, parts, mem);
         self.stats.bytes_read_response_out += s.len as u64;
         self.irq.advance(s.len as u32, s.last);
         if s.last {
@@ -1809,7 +1874,10 @@ impl Connection {
         true
     }
 
-    /// Frames one ULPDU (header + payload sources) into `t`.
+    /// Frames one ULPDU (header + payload sources) into `t`. The header is copied into the
+    /// scratch next to ULPDU_LENGTH, and scratch runs that touch (one FPDU's pad and CRC and
+    /// the next one's length and header) share one piece: about two `iovec`s per FPDU plus
+    /// one per payload part, and no allocation once `t` and `frame_pieces` have grown.
     fn frame_segment<M: Memory + ?Sized>(
         &mut self,
         t: &mut Transmit,
@@ -1819,25 +1887,35 @@ impl Connection {
     ) {
         let mut hb = [0u8; 80];
         let n = h.emit(&mut hb).expect("our headers are consistent and fit");
-        let mut slices: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
-        slices.push(&hb[..n]);
-        for p in parts {
-            slices.push(match *p {
-                Src::Local(addr, l) => mem.local(addr, l).expect("checked before"),
-                Src::Region(stag, off, l) => mem.read(stag, off, l),
-            });
+        let bytes = |p: &Src| match *p {
+            Src::Local(addr, l) => mem.local(addr, l).expect("checked before"),
+            Src::Region(stag, off, l) => mem.read(stag, off, l),
+        };
+        let mut pieces = core::mem::take(&mut self.frame_pieces);
+        pieces.clear();
+        match parts {
+            [] => self
+                .framer
+                .frame_with_head(&hb[..n], &[], &mut t.scratch, &mut pieces),
+            [a] => self
+                .framer
+                .frame_with_head(&hb[..n], &[bytes(a)], &mut t.scratch, &mut pieces),
+            [a, b] => self.framer.frame_with_head(
+                &hb[..n],
+                &[bytes(a), bytes(b)],
+                &mut t.scratch,
+                &mut pieces,
+            ),
+            _ => {
+                let slices: Vec<&[u8]> = parts.iter().map(bytes).collect();
+                self.framer
+                    .frame_with_head(&hb[..n], &slices, &mut t.scratch, &mut pieces);
+            }
         }
-        let mut pieces = Vec::new();
-        self.framer.frame(&slices, &mut t.scratch, &mut pieces);
-        let hdr_at = t.scratch.len();
-        t.scratch.extend_from_slice(&hb[..n]);
-        for p in pieces {
+        for p in pieces.drain(..) {
             let tp = match p {
                 Piece::Scratch(r) => TxPiece::Scratch(r),
-                Piece::Ulpdu { part: 0, range } => {
-                    TxPiece::Scratch(hdr_at + range.start..hdr_at + range.end)
-                }
-                Piece::Ulpdu { part, range } => match parts[part - 1] {
+                Piece::Ulpdu { part, range } => match parts[part] {
                     Src::Local(addr, _) => TxPiece::Local {
                         addr: addr + range.start as u64,
                         len: range.len(),
@@ -1850,8 +1928,15 @@ impl Connection {
                 },
             };
             self.tx_pos += tp.len() as u64;
+            if let (TxPiece::Scratch(r), Some(TxPiece::Scratch(last))) = (&tp, t.pieces.last_mut())
+                && last.end == r.start
+            {
+                last.end = r.end;
+                continue;
+            }
             t.pieces.push(tp);
         }
+        self.frame_pieces = pieces;
         t.fpdus += 1;
         self.stats.fpdus_out += 1;
     }
@@ -1864,25 +1949,99 @@ enum Src {
     Region(STag, u64, usize),
 }
 
+/// The payload sources of one segment: two inline (one SGE, or a segment straddling two),
+/// more on the heap.
+struct SrcList {
+    n: usize,
+    inline: [Src; 2],
+    heap: Vec<Src>,
+}
+
+impl Default for SrcList {
+    fn default() -> SrcList {
+        SrcList {
+            n: 0,
+            inline: [Src::Local(0, 0); 2],
+            heap: Vec::new(),
+        }
+    }
+}
+
+impl SrcList {
+    fn push(&mut self, s: Src) {
+        if self.heap.is_empty() && self.n < self.inline.len() {
+            self.inline[self.n] = s;
+            self.n += 1;
+            return;
+        }
+        if self.heap.is_empty() {
+            self.heap.extend_from_slice(&self.inline[..self.n]);
+        }
+        self.heap.push(s);
+    }
+
+    fn as_slice(&self) -> &[Src] {
+        if self.heap.is_empty() {
+            &self.inline[..self.n]
+        } else {
+            &self.heap
+        }
+    }
+}
+
 fn place_sges<M: Memory + ?Sized>(
     sges: &[Sge],
     offset: u64,
     data: &[u8],
     mem: &mut M,
 ) -> Result<(), ProtoError> {
-    let mut pieces = Vec::new();
-    if !sge_pieces(sges, offset, data.len() as u64, |a, l| pieces.push((a, l))) {
+    // The whole range must fit before anything is written (two walks: no allocation).
+    if !sge_pieces(sges, offset, data.len() as u64, |_, _| {}) {
         return Err(ProtoError::DdpLocalCatastrophic);
     }
     let mut at = 0;
-    for (addr, l) in pieces {
-        let dst = mem
-            .local_mut(addr, l)
-            .ok_or(ProtoError::DdpLocalCatastrophic)?;
-        dst.copy_from_slice(&data[at..at + l]);
-        at += l;
+    let mut ok = true;
+    sge_pieces(sges, offset, data.len() as u64, |addr, l| {
+        if !ok {
+            return;
+        }
+        match mem.local_mut(addr, l) {
+            Some(dst) => {
+                dst.copy_from_slice(&data[at..at + l]);
+                at += l;
+            }
+            None => ok = false,
+        }
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ProtoError::DdpLocalCatastrophic)
     }
-    Ok(())
+}
+
+/// The DDP + RDMAP header length of a send-queue message's segments.
+fn sq_header_len(kind: &WrKind) -> usize {
+    match kind {
+        WrKind::Send { .. } => 18,
+        WrKind::Write { .. } => 14,
+        WrKind::Read { .. } => 18 + READ_REQUEST_LEN,
+    }
+}
+
+/// Stream bytes of a message of `payload` bytes cut into segments of at most `mulpdu`
+/// (header `header_len` included) as [`Segmenter`] does (a zero-length message is one
+/// segment), each FPDU being ULPDU_LENGTH (2) + ULPDU + pad to 4 + CRC field (4), markers not
+/// counted.
+fn fpdu_bytes(payload: u64, header_len: usize, mulpdu: usize) -> u64 {
+    let fpdu = |len: u64| (2 + header_len as u64 + len).next_multiple_of(4) + 4;
+    let max = (mulpdu - header_len) as u64;
+    let (full, rest) = (payload / max, payload % max);
+    let mut n = full * fpdu(max);
+    if rest > 0 || payload == 0 {
+        n += fpdu(rest);
+    }
+    n
 }
 
 fn flushed_recv(wr_id: u64, status: WcStatus) -> Completion {

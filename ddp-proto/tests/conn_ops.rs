@@ -589,6 +589,92 @@ fn completion_waits_for_on_written() {
     assert!(matches!(p.a.conn.poll_event(), Some(Event::Completion(c)) if c.wr_id == 1));
 }
 
+/// Frames and "writes" everything `s` has to send, checking `unsent_len` at every step: framing
+/// moves bytes from the queue to the framed part without changing the total, every written
+/// byte takes exactly one off it, and it is 0 exactly when `poll_transmit` has nothing more.
+fn drain_checking_unsent(s: &mut Side) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let before = s.conn.unsent_len();
+        let Some(t) = s.conn.poll_transmit(&s.mem) else {
+            assert_eq!(before, 0, "nothing to send, yet {before} bytes unsent");
+            return out;
+        };
+        let bytes = t.gather(&s.mem);
+        assert_eq!(
+            s.conn.unsent_len(),
+            before,
+            "framing must not change the total"
+        );
+        let half = bytes.len() / 2;
+        s.conn.on_written(half as u64);
+        assert_eq!(s.conn.unsent_len(), before - half as u64);
+        s.conn.on_written((bytes.len() - half) as u64);
+        assert_eq!(s.conn.unsent_len(), before - bytes.len() as u64);
+        out.extend_from_slice(&bytes);
+    }
+}
+
+#[test]
+fn unsent_len_is_the_exact_stream_bytes_left() {
+    // Several segments per message (MULPDU 300), a zero-length Send, a Write, a Read Request,
+    // and on the other side Read Responses owed: SIOCOUTQ's engine part (the driver adds its
+    // own) must be exact without markers.
+    for crc in [true, false] {
+        let mut p = Pair::new(Opts {
+            crc,
+            mulpdu: 300,
+            mem_size: 1 << 17,
+            ..Opts::default()
+        });
+        let stag =
+            p.b.mem
+                .register(BASE, 30_000, Access::REMOTE_READ | Access::REMOTE_WRITE, 1);
+        assert_eq!(p.a.conn.unsent_len(), 0);
+        p.b.conn
+            .post_recv(1, &[Sge::new(BASE + 40_000, 2000)])
+            .unwrap();
+        p.b.conn
+            .post_recv(2, &[Sge::new(BASE + 42_000, 16)])
+            .unwrap();
+        p.a.conn
+            .post_send(1, &[Sge::new(BASE, 2000)], flags())
+            .unwrap();
+        p.a.conn.post_send(2, &[], flags()).unwrap();
+        p.a.conn
+            .post_write(3, &[Sge::new(BASE + 2000, 4097)], stag, BASE + 10_000, true)
+            .unwrap();
+        for i in 0..2u64 {
+            p.a.conn
+                .post_read(
+                    4 + i,
+                    &[Sge::new(BASE + 50_000 + i * 6000, 5000)],
+                    stag,
+                    BASE,
+                    5000,
+                    true,
+                )
+                .unwrap();
+        }
+        let queued = p.a.conn.unsent_len();
+        let a_out = drain_checking_unsent(&mut p.a);
+        assert_eq!(queued, a_out.len() as u64, "crc {crc}");
+        p.b.conn.handle_input(&a_out, &mut p.b.mem, p.now).unwrap();
+        drain_events(&mut p.b);
+        assert!(p.b.errors.is_empty(), "{:?}", p.b.errors);
+        assert_eq!(p.b.conn.reads_owed(), 2);
+        let owed = p.b.conn.unsent_len();
+        let b_out = drain_checking_unsent(&mut p.b);
+        assert_eq!(owed, b_out.len() as u64, "crc {crc}");
+        assert!(owed > 10_000, "{owed}");
+        // and the responses complete A's reads
+        p.a.conn.handle_input(&b_out, &mut p.a.mem, p.now).unwrap();
+        drain_events(&mut p.a);
+        assert_eq!(p.a.completions().len(), 5);
+        assert_eq!(p.a.conn.unsent_len(), 0);
+    }
+}
+
 /// A seeded random mix of operations, checked against a model: every Send lands in the next
 /// posted receive in order, every Write and Read moves exactly its bytes (targets are
 /// disjoint, so the model is exact), every work request completes once, in posting order.

@@ -62,10 +62,11 @@ pub mod engine;
 pub mod sys;
 
 pub use driver::socket::{
-    Counters, DdpSocket, MAX_SGE, PollWait, SIGNALED, SOLICITED, WeakDdpSocket,
+    Counters, DdpSocket, MAX_SGE, MORE, PollWait, SIGNALED, SOLICITED, WeakDdpSocket,
 };
 pub use driver::{
-    after_fork_in_child, engine_pid, engine_started, flush_at_exit, lazy_held, release_lazy,
+    after_fork_in_child, engine_pid, engine_started, flush_at_exit, flush_held, lazy_held,
+    release_lazy,
 };
 pub use engine::cq::{ConnInfo, Wc};
 pub use engine::options::Options;

@@ -386,6 +386,14 @@ pub fn inq(fd: RawFd) -> Result<usize> {
     Ok(n.max(0) as usize)
 }
 
+/// An `ioctl` that writes one int (`SIOCOUTQ`, `SIOCOUTQNSD`, ...), as a count.
+pub fn ioctl_count(fd: RawFd, request: libc::c_ulong) -> Result<usize> {
+    let mut n: c_int = 0;
+    // SAFETY: the requests used with this write one int to the pointer given.
+    cvt(unsafe { libc::syscall(libc::SYS_ioctl, fd, request, &mut n as *mut c_int) })?;
+    Ok(n.max(0) as usize)
+}
+
 /// Fills `buf` from `getrandom(2)`.
 pub fn getrandom(buf: &mut [u8]) -> Result<()> {
     let mut at = 0;

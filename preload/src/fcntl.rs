@@ -12,7 +12,7 @@ use libc::{c_int, c_ulong, c_void};
 use crate::close_dup::tracked_dup;
 use crate::errno::{Errno, cvt, ret};
 use crate::fdtable::{self, Handle};
-use crate::real;
+use crate::{real, route};
 
 core::arch::global_asm!(
     ".globl exsock_fcntl",
@@ -121,14 +121,48 @@ unsafe extern "C" fn ioctl_entry(fd: c_int, request: c_ulong, arg: *mut c_void) 
         routed: |h| routed_ioctl(h, fd, request, arg))
 }
 
+/// `SIOCOUTQ` (= `TIOCOUTQ`): bytes not yet acknowledged by the peer.
+const SIOCOUTQ: c_ulong = libc::TIOCOUTQ as c_ulong;
+/// `SIOCOUTQNSD` (linux/sockios.h): bytes not yet sent.
+const SIOCOUTQNSD: c_ulong = 0x894b;
+
 /// # Safety
 /// As for libc's `ioctl`.
 unsafe fn routed_ioctl(
-    _h: Handle,
+    h: Handle,
     fd: c_int,
     request: c_ulong,
     arg: *mut c_void,
 ) -> Result<c_int, Errno> {
+    // On a connected DDP socket the fd is the engine's socketpair end, which answers
+    // FIONREAD/SIOCINQ and FIONBIO right by itself (the received stream is in it, the
+    // O_NONBLOCK flag is shared with the engine). The send queue is not: a TCP socket's
+    // SIOCOUTQ counts what the peer has not acknowledged, so it is the engine's unsent bytes
+    // plus the TCP socket's own (docs/engine.md, "The fd model").
+    if matches!(request, SIOCOUTQ | SIOCOUTQNSD)
+        && let Some(r) = route::ddp_socket(h)?
+        && let Some(c) = r.conn()
+    {
+        let n = c
+            .sock
+            .out_queue(request == SIOCOUTQNSD)
+            .map_err(|e| Errno(e.0))?;
+        if arg.is_null() {
+            return Err(Errno(libc::EFAULT));
+        }
+        // SAFETY: for these requests `arg` points to the caller's int (as for the kernel,
+        // which would fault on a bad pointer: the caller's contract).
+        unsafe {
+            arg.cast::<c_int>()
+                .write_unaligned(n.min(c_int::MAX as usize) as c_int)
+        };
+        return Ok(0);
+    }
+    if request == libc::FIONREAD as c_ulong {
+        // Stream data the engine holds back for a reader told by poll that the fd is readable
+        // (ddp_user::PollWait::service) goes into the socketpair first, so that it counts.
+        ddp_user::flush_held();
+    }
     // SAFETY: forwarded unchanged.
     cvt(unsafe { real::ioctl(fd, request, arg) })
 }

@@ -5,8 +5,12 @@
 //! they pass straight through after one relaxed load ([`fdtable::any`]); once the table is in
 //! use they go through a routed function, which is where the DDP mode can make progress before
 //! blocking. Readiness itself needs no emulation in the fd model of DESIGN.md (the application's
-//! fd is a real socket whose readiness the kernel reports), so the routed functions forward.
-//! `epoll_ctl` routes on the fd being added. A new epoll fd erases any stale mark on its number.
+//! fd is a real socket whose readiness the kernel reports), so the routed functions forward,
+//! except that `poll`/`ppoll` and `epoll_wait`/`epoll_pwait` serve the input of the DDP sockets
+//! they wait for in the calling thread (docs/engine.md "Readiness waits and the latency path"),
+//! and `poll` may report `POLLIN` itself for stream data the engine holds for the next read.
+//! `epoll_ctl` routes on the fd being added (and notes DDP fds watched for input). A new epoll
+//! fd erases any stale mark on its number.
 
 use libc::timeval;
 use libc::{c_int, epoll_event, fd_set, nfds_t, pollfd, sigset_t, size_t, timespec};
@@ -76,6 +80,14 @@ macro_rules! hooks_only {
 }
 
 hooks_only! {
+    /// `epoll_wait(2)`.
+    fn epoll_wait / routed_epoll_wait(
+        epfd: c_int, evs: *mut epoll_event, max: c_int, timeout_ms: c_int,
+    ) -> c_int;
+    /// `epoll_pwait(2)`.
+    fn epoll_pwait / routed_epoll_pwait(
+        epfd: c_int, evs: *mut epoll_event, max: c_int, timeout_ms: c_int, mask: *const sigset_t,
+    ) -> c_int;
     /// `poll(2)`.
     fn poll / routed_poll(fds: *mut pollfd, n: nfds_t, timeout_ms: c_int) -> c_int;
     /// `ppoll(2)`.
@@ -93,14 +105,6 @@ table_hooks! {
     fn pselect / routed_pselect(
         n: c_int, r: *mut fd_set, w: *mut fd_set, e: *mut fd_set, timeout: *const timespec,
         mask: *const sigset_t,
-    ) -> c_int;
-    /// `epoll_wait(2)`.
-    fn epoll_wait / routed_epoll_wait(
-        epfd: c_int, evs: *mut epoll_event, max: c_int, timeout_ms: c_int,
-    ) -> c_int;
-    /// `epoll_pwait(2)`.
-    fn epoll_pwait / routed_epoll_pwait(
-        epfd: c_int, evs: *mut epoll_event, max: c_int, timeout_ms: c_int, mask: *const sigset_t,
     ) -> c_int;
     /// `epoll_pwait2(2)` (glibc 2.35+; without it in libc, the raw system call).
     fn epoll_pwait2 / routed_epoll_pwait2(
@@ -173,12 +177,44 @@ unsafe fn routed_ppoll(
     }
 }
 
+unsafe extern "C" {
+    /// glibc (ld.so): the stack pointer at the program's entry, near the top of the main
+    /// thread's stack.
+    static __libc_stack_end: *const core::ffi::c_void;
+}
+
+/// How far below `__libc_stack_end` this frame may be for [`on_main_stack`].
+const MAIN_STACK_WINDOW: usize = 256 << 10;
+
+/// Whether `[p, p + len)` lies on the live part of the main thread's stack, between this
+/// frame and `__libc_stack_end`: memory that is certainly mapped and readable, so a poll array
+/// there can be read without asking the kernel. Sound because that range is inside the one
+/// stack mapping, which has no holes: this frame is on it, since Linux places every other
+/// mapping (`mmap_base`) at least the stack rlimit plus the stack guard gap (1 MiB by default)
+/// below the stack's top, and we ask for this frame to be within [`MAIN_STACK_WINDOW`] of it.
+/// Other threads' stacks, alternate signal stacks and the heap say false (the caller then lets
+/// the kernel validate the array).
+fn on_main_stack(p: *const u8, len: usize) -> bool {
+    let here = 0u8;
+    let sp = core::hint::black_box(&here) as *const u8 as usize;
+    // SAFETY: a plain read of a pointer-sized variable glibc sets once before main.
+    let top = unsafe { __libc_stack_end } as usize;
+    let a = p as usize;
+    top > sp
+        && top - sp < MAIN_STACK_WINDOW
+        && sp <= a
+        && a.checked_add(len).is_some_and(|e| e <= top)
+}
+
 /// `poll`/`ppoll` over `fds` where DDP sockets asked for `POLLIN` are served in the calling
-/// thread (docs/engine.md "Readiness waits"): their TCP fds join the kernel poll set
-/// ([`ddp_user::PollWait`]); when one fires, its input is processed here (stream data lands in
-/// the socketpair, i.e. the app fd) and the wait goes on with the time left, so what the
-/// caller sees is the kernel's own readiness of its fds. Without such sockets: one call of
-/// `call` on `fds` as given. `EINTR` and errors are the kernel's, unchanged.
+/// thread (docs/engine.md "Readiness waits and the latency path"): first one look without
+/// waiting at `fds` as given (ready fds return at once; the kernel validates the array), then
+/// their TCP fds join the kernel poll set ([`ddp_user::PollWait`]); when one fires, its input
+/// is processed here. Stream data that found the socketpair empty is held for the next read
+/// and reported as `POLLIN` on its fd directly ([`ddp_user::PollWait::service`]); other input
+/// lands where it always does and the wait goes on with the time left, so what the caller sees
+/// is otherwise the kernel's own readiness of its fds. Without such sockets: `call` on `fds`
+/// as given. `EINTR` and errors are the kernel's, unchanged.
 ///
 /// # Safety
 /// `fds` is valid for `n` entries (or `n` is 0); `mask` is null or valid.
@@ -196,12 +232,24 @@ unsafe fn poll_inline(
         events: 0,
         revents: 0,
     }; STACK_FDS];
-    // Only sets that fit the stack copy, in a process with DDP sockets; the caller's array is
-    // copied with process_vm_readv so that a bad pointer is the kernel's EFAULT, not a fault.
-    if let Some(pid) = ddp_user::engine_pid()
-        && n as usize + MAX_INLINE <= STACK_FDS
-        && copy_in(pid, fds, n, &mut stack)
-    {
+    let mut looked = false;
+    // Only sets that fit the stack copy, in a process with DDP sockets.
+    if ddp_user::engine_started() && n > 0 && n as usize + MAX_INLINE <= STACK_FDS {
+        if !on_main_stack(fds.cast(), n as usize * core::mem::size_of::<pollfd>()) {
+            // First a look without waiting, on the caller's array as given: fds that are
+            // ready (a POLLOUT check before a write, data already in a socketpair) return at
+            // once, and the kernel validates the array (a bad pointer stays its EFAULT).
+            let r = call(fds, n, Some(core::time::Duration::ZERO));
+            if r != 0 || timeout == Some(core::time::Duration::ZERO) {
+                return cvt(r);
+            }
+            looked = true;
+        }
+        // SAFETY: on the live part of the main thread's stack, or the kernel has just read the
+        // array and written its revents: `n` readable entries (a concurrent munmap of a poll
+        // array by another thread is the caller's bug).
+        stack[..n as usize]
+            .copy_from_slice(unsafe { core::slice::from_raw_parts(fds, n as usize) });
         for (i, &p) in stack[..n as usize].iter().enumerate() {
             if k == MAX_INLINE {
                 break;
@@ -226,7 +274,7 @@ unsafe fn poll_inline(
     // waiting, so that a poll that finds its fds ready (a POLLOUT check before a write) does
     // not give them back.
     if ddp_user::lazy_held() && timeout != Some(core::time::Duration::ZERO) {
-        if k == 0 {
+        if k == 0 && !looked {
             let r = call(fds, n, Some(core::time::Duration::ZERO));
             if r != 0 {
                 return cvt(r);
@@ -252,13 +300,26 @@ unsafe fn poll_inline(
         let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
         let r = cvt(call(ext.as_mut_ptr(), (n + k) as nfds_t, left))?;
         let mut serviced = false;
+        let mut held = false;
         for (j, w) in waits.iter().flatten().enumerate() {
             if ext[n + j].revents != 0 {
-                w.1.service();
                 serviced = true;
+                if w.1.service() {
+                    // Stream data waits in the engine for this fd's next read: readable.
+                    held = true;
+                    let fd = ext[w.0].fd;
+                    for p in ext[..n].iter_mut().filter(|p| p.fd == fd) {
+                        p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+                    }
+                }
             }
         }
         let mine = ext[..n].iter().filter(|p| p.revents != 0).count();
+        if held {
+            // SAFETY: the caller's array, `n` entries.
+            unsafe { core::slice::from_raw_parts_mut(fds, n) }.copy_from_slice(&ext[..n]);
+            return Ok(mine as c_int);
+        }
         let timed_out = r == 0 || left.is_some_and(|l| l.is_zero());
         if serviced && !timed_out {
             // The socketpair may have become readable: ask the kernel again, with the time left
@@ -295,34 +356,221 @@ unsafe fn poll_inline(
     }
 }
 
-/// Copies `n` pollfds from `fds` into `out` (`n <= out.len()`) with `process_vm_readv` on this
-/// process: false if the memory is not readable (or `n` is 0).
-fn copy_in(pid: libc::pid_t, fds: *const pollfd, n: nfds_t, out: &mut [pollfd]) -> bool {
-    let len = n as usize * core::mem::size_of::<pollfd>();
-    if n == 0 || fds.is_null() || n as usize > out.len() {
-        return false;
+/// Which DDP fds each epoll fd was asked to watch for input (`epoll_ctl` on a DDP fd with
+/// `EPOLLIN`): hints for [`epoll_inline`], by fd number, at most [`MAX_INLINE`] per epoll fd
+/// (an epoll fd given more is marked `over` and left to the progress thread until its number
+/// is reused). A stale hint (the fd closed or reused) costs at most serving a socket's input
+/// inline, which is always right. Cost per call: a scan over the epoll fds, not the sockets.
+static EPOLL_HINTS: std::sync::Mutex<Vec<EpollHints>> = std::sync::Mutex::new(Vec::new());
+/// Epoll fds tracked at most (beyond, new ones are not served inline).
+const MAX_EPOLL_FDS: usize = 64;
+
+struct EpollHints {
+    epfd: c_int,
+    fds: [c_int; MAX_INLINE],
+    len: usize,
+    over: bool,
+}
+
+/// The hints, unless another thread (or the code a signal handler interrupted) holds them:
+/// never wait for them (a hint missed costs latency only).
+fn hints() -> Option<std::sync::MutexGuard<'static, Vec<EpollHints>>> {
+    match EPOLL_HINTS.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
     }
-    let local = libc::iovec {
-        iov_base: out.as_mut_ptr().cast(),
-        iov_len: len,
+}
+
+/// Records (or forgets) that `epfd` watches DDP fd `fd` for input.
+fn epoll_hint(epfd: c_int, fd: c_int, watch: bool) {
+    let Some(mut h) = hints() else {
+        return;
     };
-    let remote = libc::iovec {
-        iov_base: fds as *mut libc::c_void,
-        iov_len: len,
+    let i = match h.iter().position(|e| e.epfd == epfd) {
+        Some(i) => i,
+        None if watch && h.len() < MAX_EPOLL_FDS => {
+            h.push(EpollHints {
+                epfd,
+                fds: [-1; MAX_INLINE],
+                len: 0,
+                over: false,
+            });
+            h.len() - 1
+        }
+        None => return,
     };
-    // SAFETY: `local` is our own buffer of `len` bytes; the kernel checks `remote`.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_process_vm_readv,
-            pid,
-            &local,
-            1usize,
-            &remote,
-            1usize,
-            0usize,
+    let e = &mut h[i];
+    if e.over {
+        return;
+    }
+    if let Some(j) = e.fds[..e.len].iter().position(|&f| f == fd) {
+        e.len -= 1;
+        e.fds[j] = e.fds[e.len];
+    }
+    if watch {
+        if e.len == MAX_INLINE {
+            e.over = true;
+        } else {
+            e.fds[e.len] = fd;
+            e.len += 1;
+        }
+    }
+}
+
+/// `epoll_wait`/`epoll_pwait` where the epoll fd watches at most [`MAX_INLINE`] DDP sockets
+/// for input: as `poll` does (see [`poll_inline`]), the calling thread waits on the epoll fd
+/// and those sockets' TCP fds together (`ppoll`, with the caller's signal mask) and processes
+/// their input itself when they fire (stream data lands in the socketpair, which the epoll
+/// set watches), then asks the epoll fd again without waiting. This saves the two
+/// cross-thread handoffs (TCP -> progress thread -> application) per received message of an
+/// epoll event loop. Larger sets, and waits without timeout 0 on epoll fds with no DDP
+/// sockets, are the kernel's call as before. Results, `EINTR` (never restarted, as
+/// `epoll_wait`) and errors are the kernel's.
+///
+/// # Safety
+/// `look` and `block` call the real epoll wait on the caller's arguments; `mask` is null or
+/// valid.
+unsafe fn epoll_inline(
+    epfd: c_int,
+    timeout: Option<core::time::Duration>,
+    mask: *const sigset_t,
+    look: impl Fn() -> c_int,
+    block: impl Fn(Option<core::time::Duration>) -> c_int,
+) -> Result<c_int, Errno> {
+    let mut waits: [Option<ddp_user::PollWait>; MAX_INLINE] = Default::default();
+    let mut k = 0;
+    if timeout != Some(core::time::Duration::ZERO) && ddp_user::engine_started() {
+        let mut fds = [-1; MAX_INLINE];
+        let mut m = 0;
+        if let Some(h) = hints()
+            && let Some(e) = h.iter().find(|e| e.epfd == epfd && !e.over)
+        {
+            fds = e.fds;
+            m = e.len;
+        }
+        for &fd in &fds[..m] {
+            let Some(h) = fdtable::lookup_marked(fd) else {
+                continue;
+            };
+            if let Ok(Some(r)) = route::ddp_socket(h)
+                && let Some(c) = r.conn()
+                && let Some(w) = c.sock.poll_wait()
+            {
+                waits[k] = Some(w);
+                k += 1;
+            }
+        }
+    }
+    if k == 0 {
+        ddp_user::release_lazy();
+        return cvt(block(timeout));
+    }
+    // A look without waiting first (it also validates the caller's arguments).
+    let r = cvt(look())?;
+    if r > 0 {
+        return Ok(r);
+    }
+    ddp_user::release_lazy();
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let mut set = [pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; MAX_INLINE + 1];
+    loop {
+        set[0] = pollfd {
+            fd: epfd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        for (j, w) in waits.iter().flatten().enumerate() {
+            let ev = w.events();
+            set[1 + j] = pollfd {
+                fd: if ev != 0 { w.tcp_fd() } else { -1 },
+                events: ev,
+                revents: 0,
+            };
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        let ts = left.map(|d| timespec {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        });
+        // SAFETY: our own array of `k + 1` entries; `ts` and `mask` are null or valid.
+        let r = cvt(unsafe {
+            real::ppoll(
+                set.as_mut_ptr(),
+                (k + 1) as nfds_t,
+                ts.as_ref()
+                    .map_or(core::ptr::null(), |t| t as *const timespec),
+                mask,
+            )
+        })?;
+        let mut again = set[0].revents != 0;
+        for (j, w) in waits.iter().flatten().enumerate() {
+            if set[1 + j].revents != 0 {
+                w.service_plain();
+                again = true;
+            }
+        }
+        if again {
+            let r = cvt(look())?;
+            if r > 0 {
+                return Ok(r);
+            }
+        }
+        if r == 0 || left.is_some_and(|l| l.is_zero()) {
+            return Ok(0);
+        }
+    }
+}
+
+/// `epoll_wait(2)` with the table in use.
+///
+/// # Safety
+/// As for libc's `epoll_wait`.
+unsafe fn routed_epoll_wait(
+    epfd: c_int,
+    evs: *mut epoll_event,
+    max: c_int,
+    timeout_ms: c_int,
+) -> Result<c_int, Errno> {
+    let timeout = (timeout_ms >= 0).then(|| core::time::Duration::from_millis(timeout_ms as u64));
+    // SAFETY: the caller's arguments.
+    unsafe {
+        epoll_inline(
+            epfd,
+            timeout,
+            core::ptr::null(),
+            || real::epoll_wait(epfd, evs, max, 0),
+            |_| real::epoll_wait(epfd, evs, max, timeout_ms),
         )
-    };
-    r == len as libc::c_long
+    }
+}
+
+/// `epoll_pwait(2)` with the table in use.
+///
+/// # Safety
+/// As for libc's `epoll_pwait`.
+unsafe fn routed_epoll_pwait(
+    epfd: c_int,
+    evs: *mut epoll_event,
+    max: c_int,
+    timeout_ms: c_int,
+    mask: *const sigset_t,
+) -> Result<c_int, Errno> {
+    let timeout = (timeout_ms >= 0).then(|| core::time::Duration::from_millis(timeout_ms as u64));
+    // SAFETY: the caller's arguments.
+    unsafe {
+        epoll_inline(
+            epfd,
+            timeout,
+            mask,
+            || real::epoll_wait(epfd, evs, max, 0),
+            |_| real::epoll_pwait(epfd, evs, max, timeout_ms, mask),
+        )
+    }
 }
 
 /// glibc's fortified `poll`.
@@ -416,6 +664,11 @@ pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
     // SAFETY: no pointer arguments.
     let fd = unsafe { real::epoll_create(size) };
     route::new_plain(fd);
+    if fd >= 0
+        && let Some(mut h) = hints()
+    {
+        h.retain(|e| e.epfd != fd); // (hints of an earlier epoll fd of that number)
+    }
     fd
 }
 
@@ -428,6 +681,11 @@ pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
     // SAFETY: no pointer arguments.
     let fd = unsafe { real::epoll_create1(flags) };
     route::new_plain(fd);
+    if fd >= 0
+        && let Some(mut h) = hints()
+    {
+        h.retain(|e| e.epfd != fd); // (hints of an earlier epoll fd of that number)
+    }
     fd
 }
 
@@ -457,5 +715,12 @@ unsafe fn routed_epoll_ctl(
     ev: *mut epoll_event,
 ) -> Result<c_int, Errno> {
     // SAFETY: forwarded unchanged.
-    cvt(unsafe { real::epoll_ctl(epfd, op, fd, ev) })
+    let r = cvt(unsafe { real::epoll_ctl(epfd, op, fd, ev) })?;
+    // The kernel accepted it: for ADD/MOD `ev` was read and is valid.
+    let watch = op != libc::EPOLL_CTL_DEL
+        && !ev.is_null()
+        // SAFETY: see above.
+        && unsafe { ev.read_unaligned() }.events & libc::EPOLLIN as u32 != 0;
+    epoll_hint(epfd, fd, watch);
+    Ok(r)
 }

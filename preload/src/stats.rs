@@ -290,8 +290,13 @@ pub fn register(fd: c_int, sock: &DdpSocket) {
         st.thread = false;
     }
     let Some(seg) = st.seg else { return };
-    let used: Vec<usize> = st.tracked.iter().map(|t| t.slot).collect();
-    let Some(slot) = (0..SLOTS).find(|i| !used.contains(i)) else {
+    // One pass over the tracked sockets, not one per candidate slot (that was 256 × 256
+    // comparisons per registration once the slots are full: 1000 connections, xs-conns).
+    let mut used = [false; SLOTS];
+    for t in &st.tracked {
+        used[t.slot] = true;
+    }
+    let Some(slot) = used.iter().position(|u| !u) else {
         seg.header.overflow.fetch_add(1, Ordering::Relaxed);
         return;
     };

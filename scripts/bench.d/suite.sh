@@ -8,9 +8,11 @@
 #     bw       window bandwidth (64 messages in flight), sizes 1 B .. 4 MiB: xs-bw -m tcp | ddp | ext
 #     rdma     RDMA Write (xs-bw -m write) and Read (ddp-readbw) 1 MiB, vs TCP 1 MiB writes
 #     rate     64 B message rate (xs-bw 64 B: tcp, ddp plain, ext Sends)
-#     conns    aggregate stream throughput with 1, 10 (and, not --quick, 100) concurrent
-#              connections (one xs-bw client/server pair per connection, 64 KiB writes)
-#     cpu      CPU time (user+sys of both processes, from wait4) per GB streamed, 64 KiB writes
+#     conns    aggregate stream throughput with 1, 10, 100 and 1000 concurrent connections:
+#              xs-conns, one single-threaded epoll process per side, 64 KiB writes, content
+#              verified; also the setup time (connect + MPA of all connections)
+#     cpu      CPU time per GB streamed (user+sys of both processes, getrusage in each over the
+#              transfer, and wait4 of the whole processes), 1 connection, 64 KiB writes (xs-conns)
 #   --only rtt,bw,...  a subset; --quick: fewer sizes, 1 s runs, 3 runs.
 #   Output: bench-results/README.md (table, machine, load), bench-results/*.png (Fig. 5/6
 #   style: latency and bandwidth vs size, one line per mode), bench-results/samples.json,
@@ -28,5 +30,5 @@ if [ -z "${EXSOCK_LIB:-}" ]; then
   EXSOCK_LIB=$CARGO_TARGET_DIR/release/libexsock.so
 fi
 apps=$CARGO_TARGET_DIR/test-apps
-make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" "$apps/xs-pingpong" "$apps/xs-bw" "$apps/ddp-readbw" >&2
+make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" "$apps/xs-pingpong" "$apps/xs-bw" "$apps/ddp-readbw" "$apps/xs-conns" >&2
 exec python3 "$(dirname "$0")/suite.py" --lib "$EXSOCK_LIB" --apps "$apps" --out "$EXSOCK_ROOT/bench-results" "$@"

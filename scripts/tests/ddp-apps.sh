@@ -8,7 +8,9 @@
 #    EXSOCK_LOG=debug line of the negotiated connection;
 #  - xs-transact: several connections from several threads, a seeded random mix of Sends,
 #    Writes and Reads (two seeds);
-#  - xs-rping client <-> xs-rping server (rping's protocol), plain and with variants.
+#  - xs-rping client <-> xs-rping server (rping's protocol), plain and with variants;
+#  - xs-rate: a counted stream of small messages, plain (write/read) and posted Sends with and
+#    without DDP_MORE batching (many FPDUs per sendmsg), every message verified.
 # timeout: 600
 . "$(dirname "$0")/../lib/common.sh"
 
@@ -135,5 +137,26 @@ rping rping "-C 20 -S 100"
 rping rping-big "-C 5 -S 65535"
 rping rping-crc0-rev1-markers "-C 10 -S 64" XS_CRC=0 XS_MPA_REV=1 XS_MARKERS=1
 rping rping-p2p-read "-C 10 -S 64" XS_P2P=2
+
+# 5. message rate: counted runs (sender and receiver in one xs-rate run), every message checked
+# rate NAME "ARGS" [ENV...]
+rate() {
+  local name=$1 args=$2; shift 2
+  local d=$tmp/$name; mkdir -p "$d"
+  local rc=0
+  # shellcheck disable=SC2086
+  env "$@" timeout 120 "$run" "$apps/xs-rate" $args > "$d/out" 2>&1 || rc=$?
+  if [ $rc -ne 0 ] || ! grep -q '^rate mode=' "$d/out"; then
+    echo "--- $name (exit $rc):"; tail -n 20 "$d/out"
+    fail "$name"
+  fi
+  cases=$((cases + 1))
+  say "ok: $name"
+}
+rate rate-plain "-m ddp-plain -n 20000"
+rate rate-send "-m ddp-send -n 50000"
+rate rate-send-nomore "-m ddp-send -M 0 -n 20000"
+rate rate-send-1k-markers "-m ddp-send -S 1000 -Q 64 -n 20000" XS_MARKERS=1
+rate rate-send-odd-crc0 "-m ddp-send -S 61 -n 20000 -K 0"
 
 echo "PASS: ddp-apps ($cases client/server runs verified)"

@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -241,6 +242,7 @@ ended:
 
 struct waiter {
 	int fd;
+	_Atomic int tid; /* set by the waiter just before its first ddp_wait */
 	uint64_t t_ret;
 	int rc, err, others;
 	struct ddp_wc wc;
@@ -252,6 +254,7 @@ static void *wait_thread(void *arg)
 	/* the Read's completion (flushed receives may come first), or an error, or the bound */
 	uint64_t deadline = xs_deadline(xs_timeout_ms);
 	struct ddp_wc wcs[NRECV + 8];
+	w->tid = (int)syscall(SYS_gettid);
 	for (;;) {
 		int n = ddp_wait(w->fd, wcs, NRECV + 8, xs_ms_left(deadline));
 		w->err = errno;
@@ -269,6 +272,32 @@ static void *wait_thread(void *arg)
 	}
 	w->t_ret = xs_now_ns();
 	return NULL;
+}
+
+/* true once the waiter thread has announced itself and sleeps (state 'S' in
+ * /proc/self/task/TID/stat): it is then blocked in ddp_wait. Bounded by ms. */
+static int waiter_blocked(struct waiter *w, int ms)
+{
+	uint64_t dl = xs_deadline(ms);
+	do {
+		int tid = w->tid;
+		if (tid > 0) {
+			char path[64], buf[256];
+			snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+			FILE *f = fopen(path, "r");
+			if (f) {
+				size_t n = fread(buf, 1, sizeof buf - 1, f);
+				fclose(f);
+				buf[n] = 0;
+				const char *p = strrchr(buf, ')'); /* "tid (comm) S ..." */
+				if (p && p[1] == ' ' && p[2] == 'S')
+					return 1;
+			}
+		}
+		struct timespec ts = { 0, 200000 }; /* re-check the state every 0.2 ms */
+		nanosleep(&ts, NULL);
+	} while (xs_ms_left(dl) > 0);
+	return 0;
 }
 
 static void client(int fd)
@@ -308,8 +337,11 @@ static void client(int fd)
 		struct waiter w = { .fd = fd };
 		pthread_t t;
 		pthread_create(&t, NULL, wait_thread, &w);
-		/* the Read is outstanding: give the waiter time to block in ddp_wait (a deliberate
-		 * delay of the scenario, not a readiness wait) */
+		/* the Read is outstanding: close only once the waiter is asleep inside ddp_wait (its
+		 * thread state in /proc turns 'S' after it announced itself), then after the
+		 * scenario's own delay (-w) with the Read still in flight */
+		if (!waiter_blocked(&w, 5000))
+			xs_fatal("close-read: the waiter never blocked in ddp_wait within 5 s");
 		usleep((useconds_t)close_delay_ms * 1000);
 		uint64_t t0 = xs_now_ns();
 		int crc = close(fd);

@@ -1079,6 +1079,105 @@ static int c_ioctl(void)
 	return 0;
 }
 
+/* ioctl(fd, SIOCOUTQ|SIOCOUTQNSD) as one int; -1 with errno on failure. */
+static int outq(int fd, unsigned long req)
+{
+	int n = -1;
+	return ioctl(fd, req, &n) == 0 ? n : -1;
+}
+
+/* Waits (bounded) until SIOCOUTQ and SIOCOUTQNSD of fd are 0; the last values in q and nsd. */
+static int outq_drains(int fd, int *q, int *nsd)
+{
+	uint64_t dl = xs_deadline(WAIT_MS);
+	do {
+		*nsd = outq(fd, SIOCOUTQNSD);
+		*q = outq(fd, SIOCOUTQ);
+		if (*q == 0 && *nsd == 0)
+			return 1;
+		if (*q < 0 || *nsd < 0)
+			return 0;
+		/* bounded polling: acknowledgements raise no event on the sender's fd */
+		sleep_ms(1);
+	} while (xs_ms_left(dl) > 0);
+	return 0;
+}
+
+/* SIOCOUTQ: bytes the peer has not acknowledged; SIOCOUTQNSD: bytes not sent yet (Linux TCP,
+ * tcp_ioctl). On a DDP socket: the engine's unsent bytes plus the TCP socket's (engine.md). */
+static int c_ioctl_outq(void)
+{
+	int port, lfd = mk_listener(1, NULL, &port);
+	if (lfd < 0)
+		return -1;
+	int r = outq(lfd, SIOCOUTQ);
+	REQE(r < 0 && errno == EINVAL, "SIOCOUTQ on a listener = %d, expected EINVAL (as TCP)", r);
+	int c, s;
+	TRY(connect_accept(lfd, port, 1, NULL, &c, &s));
+	close(lfd);
+	int q, nsd;
+	REQE(outq_drains(c, &q, &nsd), "fresh connection: SIOCOUTQ %d, SIOCOUTQNSD %d, expected 0 "
+	     "within %d ms", q, nsd, WAIT_MS);
+	/* N bytes to a peer that reads them: every byte is acknowledged, the count drains to 0 */
+	const size_t n = 300000;
+	uint64_t seed = xs_seed(31, 32, 33);
+	struct drain_arg d = { .fd = s, .seed = seed, .total = n };
+	pthread_t t;
+	REQ(pthread_create(&t, NULL, drainer, &d) == 0, "pthread_create");
+	int pr = put(c, n, seed, 0, "writing to a reading peer");
+	TRY(timed_join(t, 60000, "reader"));
+	TRY(pr);
+	REQ(d.result == 0, "the peer did not receive the %zu bytes", n);
+	REQE(outq_drains(c, &q, &nsd), "after the peer read all %zu bytes: SIOCOUTQ %d, SIOCOUTQNSD "
+	     "%d, expected 0 within %d ms", n, q, nsd, WAIT_MS);
+	/* a peer that does not read: write until EAGAIN; then bytes are unacknowledged and unsent */
+	TRY(set_nonblock(c, 1));
+	const size_t chunk = 65536, cap = 512u << 20;
+	uint8_t *buf = malloc(chunk);
+	REQ(buf != NULL, "malloc");
+	seed = xs_seed(34, 35, 36);
+	size_t off = 0;
+	int eagain = 0;
+	uint64_t dl = xs_deadline(20000);
+	while (off < cap && xs_ms_left(dl) > 0) {
+		xs_fill(buf, chunk, seed, off);
+		ssize_t w = write(c, buf, chunk);
+		if (w > 0) {
+			off += (size_t)w;
+			continue;
+		}
+		REQE(w < 0 && (errno == EAGAIN || errno == EINTR), "nonblocking write");
+		if (errno == EAGAIN) {
+			eagain = 1;
+			break;
+		}
+	}
+	free(buf);
+	REQ(eagain, "no EAGAIN after %zu bytes written to a peer that does not read", off);
+	nsd = outq(c, SIOCOUTQNSD);
+	REQE(nsd > 0, "window full (%zu bytes written): SIOCOUTQNSD = %d, expected > 0", off, nsd);
+	q = outq(c, SIOCOUTQ);
+	REQE(q > 0, "window full (%zu bytes written): SIOCOUTQ = %d, expected > 0", off, q);
+	REQ((size_t)q <= off, "SIOCOUTQ = %d, more than the %zu bytes written", q, off);
+	/* DDP: EAGAIN comes only once the engine's send queue (4 MiB) is full, so those bytes
+	 * count (the socketpair alone would hold a few hundred KiB) */
+	REQ(tcp_mode || q >= (1 << 20), "window full: SIOCOUTQ = %d, expected >= 1 MiB (the "
+	    "engine's full send queue)", q);
+	note("EAGAIN after %zu bytes: SIOCOUTQ %d, SIOCOUTQNSD %d", off, q, nsd);
+	/* the peer reads everything: the count drains to 0 again */
+	d = (struct drain_arg){ .fd = s, .seed = seed, .total = off };
+	REQ(pthread_create(&t, NULL, drainer, &d) == 0, "pthread_create");
+	TRY(timed_join(t, 60000, "drainer"));
+	REQ(d.result == 0, "the peer did not receive every byte written before EAGAIN");
+	REQE(outq_drains(c, &q, &nsd), "after the peer drained: SIOCOUTQ %d, SIOCOUTQNSD %d, "
+	     "expected 0 within %d ms", q, nsd, WAIT_MS);
+	TRY(set_nonblock(c, 0));
+	TRY(both_ways(c, s, "after SIOCOUTQ"));
+	close(c);
+	close(s);
+	return 0;
+}
+
 static int c_dup(void)
 {
 	int c, s;
@@ -1715,6 +1814,7 @@ static const struct tcase cases[] = {
 	{ "nb-write-full", c_nb_write_full, "nonblocking writes to a non-reading peer: EAGAIN, POLLOUT semantics" },
 	{ "fcntl", c_fcntl, "F_GETFL/F_SETFL O_NONBLOCK, F_GETFD/F_SETFD, SO_RCVTIMEO, F_DUPFD_CLOEXEC" },
 	{ "ioctl", c_ioctl, "FIONBIO, FIONREAD/SIOCINQ" },
+	{ "ioctl-outq", c_ioctl_outq, "SIOCOUTQ/SIOCOUTQNSD: unacknowledged/unsent bytes, 0 once the peer read all" },
 	{ "dup", c_dup, "dup/dup2/dup3: every copy works, the last close ends the connection" },
 	{ "close-blocked-read", c_close_blocked_read, "close from another thread while one is blocked in read" },
 	{ "shutdown-wr", c_shutdown_wr, "SHUT_WR: peer reads EOF then still sends back; EPIPE/SIGPIPE" },

@@ -39,7 +39,9 @@
  *    9  56 B  ctx_hand_shake per QP (print remote)
  *   send_bw:  10 56 B hand shake after the server posted its receives (ctx_set_recv_wqes),
  *             then the test, then 11 56 B ctx_close_connection.
- *   write/read_bw: the client runs the test, then 10 56 B hand shake (the server waits in it),
+ *   write/read_bw: the client runs the test, waits until the test connection's data is
+ *             acknowledged (SIOCOUTQ 0: the server closes that connection right after the
+ *             next exchange, see await_acked), then 10 56 B hand shake (the server waits in it),
  *             11..15 xchg_bw_reports, 8 B each: size (BE64), iters (BE64, remote version >=
  *             5.33), bw_peak, bw_avg, msgRate_avg (byte-swapped doubles), then 16 56 B
  *             ctx_close_connection.
@@ -81,6 +83,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -251,6 +255,58 @@ static void await_peer_close(int fd)
 		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
 			return; /* EOF or the connection ended: the server is done */
 	}
+}
+
+/* Client, after the last Write/Read completion and before the "after test" exchange: wait
+ * until the peer's TCP has acknowledged everything sent on the test connection (SIOCOUTQ 0;
+ * on a DDP socket: the engine's unsent FPDU bytes plus the TCP socket's unacknowledged ones,
+ * docs/engine.md). A Write completion only means "handed to TCP" (in siw as here), and
+ * perftest's server closes the test connection as soon as that exchange arrives, never
+ * checking the Writes: with MiBs still in flight its reset cut the stream mid-FPDU.
+ * There is no event for "all acknowledged" on a socket (POLLOUT is about buffer space, not
+ * ACKs; SO_TIMESTAMPING's ACK timestamps would belong to the engine's TCP socket, which the
+ * application does not hold), so this re-checks after a short poll: the poll is for
+ * POLLRDHUP on the test connection, which carries nothing towards us in write/read_bw, so it
+ * returns early only if the connection ends; the interval grows from 1 to 16 ms. Bounded by
+ * -T. Returns 0 when everything is acknowledged, -1 otherwise (said why). */
+static int await_acked(int fd)
+{
+	uint64_t t0 = xs_now_ns(), dl = xs_deadline(xs_timeout_ms);
+	int step = 1, first = -1;
+	for (;;) {
+		int q = -1;
+		if (ioctl(fd, SIOCOUTQ, &q) != 0) {
+			xs_perr("ioctl(SIOCOUTQ) on the test connection");
+			return -1;
+		}
+		if (first < 0)
+			first = q;
+		if (q == 0)
+			break;
+		int left = xs_ms_left(dl);
+		if (left == 0) {
+			xs_msg("%d bytes of the test connection still unacknowledged after %d ms", q,
+			       xs_timeout_ms);
+			return -1;
+		}
+		struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+		int r = poll(&p, 1, step < left ? step : left);
+		if (r < 0 && errno != EINTR) {
+			xs_perr("poll(test connection)");
+			return -1;
+		}
+		if (r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+			xs_msg("the test connection ended with %d bytes unacknowledged (revents 0x%x)", q,
+			       p.revents);
+			return -1;
+		}
+		if (step < 16)
+			step *= 2;
+	}
+	if (xs_verbose)
+		printf("%s: test connection: %d bytes were unacknowledged, all acknowledged after %.1f ms\n",
+		       xs_prog, first, (double)(xs_now_ns() - t0) / 1e6);
+	return 0;
 }
 
 /* Client: TCP connect + MPA as initiator, retried while the server is not there yet
@@ -867,6 +923,8 @@ static int run(void)
 			       (unsigned long long)O->iters, O->test == T_READ ? "Read" : "Write",
 			       (unsigned long long)O->size,
 			       t->peer_xs && O->test == T_READ ? " (content verified)" : "");
+			if (await_acked(t->tc.fd))
+				return -1;
 			if (hand_shake(&t->comm, &t->my, NULL, "after the test"))
 				return -1;
 			if (xchg_reports(&t->comm, &mine, &theirs))

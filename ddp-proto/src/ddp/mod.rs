@@ -139,6 +139,51 @@ impl Sge {
     }
 }
 
+/// SGEs kept inline in an [`SgeList`] (a work request names one or two buffers almost always).
+const SGE_INLINE: usize = 2;
+
+/// The SGE list of a posted work request: up to two SGEs inline (no allocation per work
+/// request on the data path), more on the heap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SgeList {
+    /// `n` SGEs in `sges[..n]`.
+    Inline {
+        /// How many of `sges` are used.
+        n: u8,
+        /// The SGEs.
+        sges: [Sge; SGE_INLINE],
+    },
+    /// More than fit inline.
+    Heap(Vec<Sge>),
+}
+
+impl SgeList {
+    /// A copy of `sges`.
+    pub fn from_slice(sges: &[Sge]) -> SgeList {
+        if sges.len() <= SGE_INLINE {
+            let mut a = [Sge::default(); SGE_INLINE];
+            a[..sges.len()].copy_from_slice(sges);
+            SgeList::Inline {
+                n: sges.len() as u8,
+                sges: a,
+            }
+        } else {
+            SgeList::Heap(sges.to_vec())
+        }
+    }
+}
+
+impl core::ops::Deref for SgeList {
+    type Target = [Sge];
+
+    fn deref(&self) -> &[Sge] {
+        match self {
+            SgeList::Inline { n, sges } => &sges[..usize::from(*n)],
+            SgeList::Heap(v) => v,
+        }
+    }
+}
+
 /// Total length of an SGE list.
 pub fn sge_total(sges: &[Sge]) -> u64 {
     sges.iter().map(|s| u64::from(s.len)).sum()

@@ -23,7 +23,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Sge, sge_total};
+use super::{Sge, SgeList, sge_total};
 use crate::error::ProtoError;
 
 /// Queue number of Send, Send with Invalidate, Send with SE, Send with SE and Invalidate.
@@ -151,7 +151,7 @@ pub struct PostedRecv {
     /// The caller's work request id.
     pub wr_id: u64,
     /// Where the message goes.
-    pub sges: Vec<Sge>,
+    pub sges: SgeList,
     /// Total capacity.
     pub len: u64,
 }
@@ -201,7 +201,7 @@ impl SendRx {
     pub fn post(&mut self, wr_id: u64, sges: &[Sge]) {
         self.posted.push_back(PostedRecv {
             wr_id,
-            sges: sges.to_vec(),
+            sges: SgeList::from_slice(sges),
             len: sge_total(sges),
         });
     }

@@ -255,6 +255,12 @@ impl Deframer {
         left.min(octets_to_next_marker(self.pos) as usize)
     }
 
+    /// The ULPDU length of the FPDU whose payload is being received (`None` between
+    /// payloads or after an error).
+    pub fn current_ulpdu_len(&self) -> Option<usize> {
+        (self.failed.is_none() && self.phase == Phase::Payload).then_some(self.ulpdu_len)
+    }
+
     /// Accounts for payload octets the driver read itself, straight into target memory, at
     /// ULPDU offset [`Deframer::ulpdu_offset`]: they are fed to the CRC and advance the
     /// stream position.

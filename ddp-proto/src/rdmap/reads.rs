@@ -200,6 +200,11 @@ impl InboundReads {
         self.q.front()
     }
 
+    /// The responses owed, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &ReadResponseJob> {
+        self.q.iter()
+    }
+
     /// Accounts `len` bytes of the oldest response as sent; returns it when it is done.
     pub fn advance(&mut self, len: u32, last: bool) -> Option<ReadResponseJob> {
         let j = self.q.front_mut()?;

@@ -29,7 +29,9 @@
 //! end of the connection) becomes `shutdown(eng_end, SHUT_WR)` after the last byte.
 
 use core::time::Duration;
-use std::collections::{HashMap, VecDeque};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::os::fd::RawFd;
 use std::time::Instant;
 
 use ddp_proto::conn::{
@@ -52,20 +54,47 @@ use super::Shared;
 /// `send` waits (and a non-blocking one says `EAGAIN`).
 pub(crate) const TX_STREAM_LIMIT: usize = 4 << 20;
 /// Received stream data held by the engine beyond what the socketpair took, before it stops
-/// reading the TCP socket (back-pressure to the peer).
-pub(crate) const RX_BACKLOG_LIMIT: usize = 4 << 20;
+/// reading the TCP socket (back-pressure to the peer): a process-wide budget shared by the
+/// sockets ([`rx_backlog_limit`]), at most 4 MiB and at least 256 KiB per socket. With 4 MiB
+/// each, 1000 streaming connections into one slower single-threaded reader grew the process to
+/// 1.9 GB (the progress thread out-reads the application into 1000 backlogs) and stretched a
+/// 2 s transfer to 5-9 s; 256 KiB for everyone cost one fast stream 10-15 % (more progress-thread
+/// round trips to refill the socketpair), and 640 KiB each for 100 streams cost 8 % more CPU per
+/// byte than 256 KiB (colder copies). The kernel's TCP receive buffer holds the rest.
+const RX_BACKLOG_BUDGET: usize = 16 << 20;
+const RX_BACKLOG_MAX: usize = 4 << 20;
+const RX_BACKLOG_MIN: usize = 256 << 10;
+
+/// One socket's backlog limit when the process has `sockets` DDP sockets (docs/performance.md).
+pub(crate) fn rx_backlog_limit(sockets: usize) -> usize {
+    (RX_BACKLOG_BUDGET / sockets.max(1)).clamp(RX_BACKLOG_MIN, RX_BACKLOG_MAX)
+}
+/// A batch of `DDP_MORE` posts goes out when it has this many work requests (about what one
+/// `sendmsg` of [`MAX_IOV`] iovecs carries for small messages) ...
+const MORE_BATCH_WRS: u32 = 96;
+/// ... or this many payload bytes.
+const MORE_BATCH_BYTES: u64 = 64 << 10;
+/// Completed stream Send buffers kept for reuse.
+const STREAM_POOL: usize = 16;
 /// Largest stream Send message the engine builds from one `send` call.
 const STREAM_MSG_MAX: usize = 1 << 20;
+/// Payloads of FPDUs whose ULPDU is shorter than this are not placed directly (a `recvmsg`
+/// each) but copied out of large buffered reads, which carry many of them. Below the MULPDU
+/// of a real network (1460-byte MSS), so the segments of large messages are still placed
+/// directly.
+const DIRECT_MIN: usize = 512;
 /// Buffered reads when direct placement is likely: a header and a little more.
 const SMALL_READ: usize = 256;
 /// Buffered reads in stream mode.
-const BIG_READ: usize = 64 * 1024;
+pub(crate) const BIG_READ: usize = 64 * 1024;
 /// Bytes read per session at most (then the thread comes back, fairness).
 const READ_BUDGET: usize = 8 << 20;
 /// How long `close` lets queued work drain before the TCP connection is closed anyway.
 pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(2);
-/// Most iovecs per `sendmsg` (IOV_MAX).
-const MAX_IOV: usize = 1024;
+/// Most iovecs per `sendmsg` (on the stack: 4 KiB; IOV_MAX is 1024). A `Transmit` holds
+/// about two iovecs per small FPDU plus one per payload part, so one `sendmsg` carries up to
+/// about 80 small messages; longer `Transmit`s take several.
+const MAX_IOV: usize = 256;
 
 /// What one entry of the send queue is, in posting order (every send-queue work request is
 /// posted signaled, so each produces exactly one completion, in order).
@@ -82,6 +111,40 @@ struct Tail {
     t: Transmit,
     piece: usize,
     off: usize,
+}
+
+thread_local! {
+    /// The iovecs of [`write_tail`], one array per thread, reused (no allocation per call).
+    static IOV: RefCell<Vec<libc::iovec>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One `sendmsg` of (up to [`MAX_IOV`] pieces of) the tail. Returns its result and the bytes
+/// asked for.
+fn write_tail(
+    fd: RawFd,
+    tail: &Tail,
+    mem: &SessionMem<'_, '_, '_>,
+) -> (Result<usize, Errno>, usize) {
+    let go = |iov: &mut Vec<libc::iovec>| {
+        iov.clear();
+        let mut asked = 0;
+        for (i, p) in tail.t.pieces[tail.piece..].iter().take(MAX_IOV).enumerate() {
+            let bytes = tail.t.piece_bytes(p, mem);
+            let bytes = if i == 0 { &bytes[tail.off..] } else { bytes };
+            iov.push(sys::iovec(bytes.as_ptr(), bytes.len()));
+            asked += bytes.len();
+        }
+        let r = sys::sendmsg(fd, iov, libc::MSG_DONTWAIT);
+        iov.clear(); // no pointers kept beyond the call
+        (r, asked)
+    };
+    // (A signal handler re-entering the library while this thread's array is in use, or a
+    // thread whose thread-locals are gone: a fresh array.)
+    IOV.try_with(|cell| match cell.try_borrow_mut() {
+        Ok(mut iov) => go(&mut iov),
+        Err(_) => go(&mut Vec::new()),
+    })
+    .unwrap_or_else(|_| go(&mut Vec::new()))
 }
 
 /// Received stream data not yet in the socketpair.
@@ -162,16 +225,45 @@ pub(crate) struct ConnState {
     pub(crate) role: Role,
     pub(crate) mulpdu: usize,
     tail: Option<Tail>,
-    rx_buf: Vec<u8>,
+    /// Work requests (and their payload bytes) left queued by `DDP_MORE` posts.
+    deferred_wrs: u32,
+    deferred_bytes: u64,
+    /// A written `Transmit` kept for the next one (its buffers reused: no allocation per
+    /// message on the send path).
+    spare_tx: Transmit,
     /// FPDU bytes read during the MPA exchange, not yet fed.
     pending_in: Vec<u8>,
     /// No receive was ever posted: Sends without one are the plain byte stream.
     pub(crate) stream_mode: bool,
     /// An RDMA Write was placed since the last stream data: prefer small reads.
     tagged_seen: bool,
+    /// The last FPDU whose payload could have been placed directly was small ([`DIRECT_MIN`]):
+    /// messages are small, read in large buffered bites.
+    small_rx: bool,
     pub(crate) backlog: Backlog,
+    /// This socket's backlog limit, as of its last `pump_input` ([`rx_backlog_limit`]).
+    rx_limit: usize,
+    /// Stream bytes written into `eng_end` so far, and read back from `app_end` by intercepted
+    /// receives ([`ConnState::pair_maybe_readable`]).
+    pub(crate) pair_sent: u64,
+    pub(crate) pair_read: u64,
+    /// The backlog is held back from the socketpair for an application thread that was told
+    /// (by an inline `poll`) that the app fd is readable: its next `recv` copies the bytes
+    /// straight from the backlog (no `sendmsg(eng_end)` + `recvmsg(app_end)`). Only set while
+    /// the socketpair is empty, so the order holds; ended by [`super::Shared::end_hold`].
+    pub(crate) hold: bool,
+    /// When a hold with no application thread inside ends ([`super::LAZY_REARM`] after the
+    /// last one left; `Some` while the socket counts in the process's held sockets).
+    pub(crate) hold_until: Option<Duration>,
+    /// Completions pushed now need no eventfd signal: the thread in this session takes them
+    /// itself right after (`wait_cq`; see `Shared::push_wc`).
+    pub(crate) defer_wc: bool,
     sq_meta: VecDeque<SqMeta>,
-    stream_bufs: HashMap<u64, Vec<u8>>,
+    /// The buffers of posted stream Sends, in posting order (their completions come in
+    /// that order).
+    stream_bufs: VecDeque<Vec<u8>>,
+    /// Buffers of completed stream Sends, for reuse (no allocation per `write`).
+    stream_pool: Vec<Vec<u8>>,
     next_stream_key: u64,
     /// Stream bytes posted and not yet completed (written).
     pub(crate) stream_queued: usize,
@@ -192,6 +284,11 @@ pub(crate) struct ConnState {
     pub(crate) registered: bool,
     /// Application threads inside the library on this socket.
     pub(crate) inline: u32,
+    /// Of those, threads waiting in `poll`/`epoll_wait` ([`super::socket::PollWait`]): they
+    /// read the input when the TCP fd fires, but a tail another thread leaves unsent is not
+    /// theirs to watch, so the progress thread keeps `EPOLLOUT` interest for it
+    /// ([`super::Shared::rearm`]).
+    pub(crate) pollers: u32,
     /// TCP input ended (EOF or error).
     pub(crate) rx_eof: bool,
     /// `eng_end` reported EOF (the application shut down its side with a raw syscall).
@@ -231,13 +328,23 @@ impl ConnState {
             role,
             mulpdu: 0,
             tail: None,
-            rx_buf: vec![0; BIG_READ],
+            deferred_wrs: 0,
+            deferred_bytes: 0,
+            spare_tx: Transmit::default(),
             pending_in: Vec::new(),
             stream_mode: true,
             tagged_seen: false,
+            small_rx: false,
             backlog: Backlog::default(),
+            rx_limit: RX_BACKLOG_MIN,
+            pair_sent: 0,
+            pair_read: 0,
+            hold: false,
+            hold_until: None,
+            defer_wc: false,
             sq_meta: VecDeque::new(),
-            stream_bufs: HashMap::new(),
+            stream_bufs: VecDeque::new(),
+            stream_pool: Vec::new(),
             next_stream_key: 0,
             stream_queued: 0,
             pre_open_tx: Vec::new(),
@@ -248,6 +355,7 @@ impl ConnState {
             startup_events: libc::POLLOUT,
             registered: false,
             inline: 0,
+            pollers: 0,
             rx_eof: false,
             eng_rd_eof: false,
             eng_shut: false,
@@ -278,6 +386,34 @@ impl ConnState {
     /// Whether unsent bytes are held.
     pub(crate) fn has_tail(&self) -> bool {
         self.tail.is_some()
+    }
+
+    /// Whether `app_end` may have something to read (data, or EOF): false only when every
+    /// byte written into the socketpair was read back by intercepted receives of this process
+    /// and it was not shut down, i.e. a `recvmsg(app_end)` could only say `EAGAIN`. Reads by
+    /// others (raw syscalls, a forked child, an exec'd program) make it stay true, which only
+    /// costs that system call.
+    pub(crate) fn pair_maybe_readable(&self) -> bool {
+        self.pair_sent != self.pair_read
+            || self.eng_shut
+            || self.rd_shut
+            || !matches!(self.phase, Phase::Open)
+    }
+
+    /// Bytes this socket still has to write to its TCP socket (the engine's part of
+    /// `SIOCOUTQ`): what the MPA exchange has not written, stream data queued before it
+    /// completed, and the connection's framed-but-unwritten and queued FPDU bytes
+    /// ([`Connection::unsent_len`], which includes the unsent tail). 0 once the TCP socket is
+    /// shut down for writing or broken: nothing more will be written.
+    pub(crate) fn unsent_bytes(&self) -> u64 {
+        if self.tcp_shut_wr {
+            return 0;
+        }
+        let startup = match &self.phase {
+            Phase::Startup(s) => s.unsent() as u64,
+            _ => 0,
+        };
+        startup + self.pre_open_tx.len() as u64 + self.conn.as_ref().map_or(0, |c| c.unsent_len())
     }
 
     /// Whether received stream data is waiting in the engine (backlog).
@@ -357,7 +493,7 @@ impl ConnState {
             solicited: false,
         };
         conn.post_send(key, &sge, flags).map_err(|_| Errno::EPIPE)?;
-        self.stream_bufs.insert(key, data);
+        self.stream_bufs.push_back(data);
         self.sq_meta.push_back(SqMeta::Stream { key, len });
         self.stream_queued += len;
         self.bytes_tx += len as u64;
@@ -367,7 +503,7 @@ impl ConnState {
     /// Accepts stream bytes from `bufs` (copied) up to the stream limit; returns how many.
     pub(crate) fn accept_stream(&mut self, bufs: &[&[u8]]) -> Result<usize, Errno> {
         let mut accepted = 0;
-        let mut cur = Vec::new();
+        let mut cur = self.stream_buf();
         for b in bufs {
             let mut b = *b;
             while !b.is_empty() {
@@ -380,14 +516,22 @@ impl ConnState {
                 b = &b[take..];
                 accepted += take;
                 if cur.len() == STREAM_MSG_MAX {
-                    self.post_stream(core::mem::take(&mut cur))?;
+                    let full = core::mem::replace(&mut cur, self.stream_buf());
+                    self.post_stream(full)?;
                 }
             }
         }
         if !cur.is_empty() {
             self.post_stream(cur)?;
+        } else {
+            self.stream_pool.push(cur);
         }
         Ok(accepted)
+    }
+
+    /// An empty buffer for stream data (from the pool when there is one).
+    fn stream_buf(&mut self) -> Vec<u8> {
+        self.stream_pool.pop().unwrap_or_default()
     }
 
     /// Stream bytes written before the MPA exchange completed (queued, sent at open).
@@ -400,6 +544,26 @@ impl ConnState {
             n += take;
         }
         n
+    }
+
+    /// A work request posted with `DDP_MORE` (`payload` bytes): whether it may stay queued
+    /// (the batch is not full and no unsent tail waits for room in the socket).
+    pub(crate) fn defer_tx(&mut self, payload: u64) -> bool {
+        self.deferred_wrs += 1;
+        self.deferred_bytes += payload;
+        let keep = self.deferred_wrs < MORE_BATCH_WRS
+            && self.deferred_bytes < MORE_BATCH_BYTES
+            && self.tail.is_none();
+        if !keep {
+            self.end_deferral();
+        }
+        keep
+    }
+
+    /// The queued work requests are going out now.
+    pub(crate) fn end_deferral(&mut self) {
+        self.deferred_wrs = 0;
+        self.deferred_bytes = 0;
     }
 
     /// Records an application work request posted to the send queue.
@@ -421,14 +585,16 @@ impl ConnState {
             let data = core::mem::take(&mut self.pending_in);
             let _ = conn.handle_input(&data, mem, now);
         }
+        self.rx_limit = sh.engine.rx_backlog_limit();
+        let mut rx_buf = sh.engine.rx_buf_take();
         let mut budget = READ_BUDGET;
         while !self.rx_eof && budget > 0 {
-            if self.backlog.len() + mem.overflow.len() >= RX_BACKLOG_LIMIT || mem.sink_full() {
+            if self.backlog.len() + mem.overflow.len() >= self.rx_limit || mem.sink_full() {
                 break;
             }
             // Pure byte stream: large buffered reads. Otherwise direct placement is likely
             // next: read headers in small bites, and only a small tail after a placement.
-            let plan = conn.rx_plan();
+            let mut plan = conn.rx_plan();
             if matches!(
                 plan,
                 RxPlan::Direct {
@@ -438,23 +604,32 @@ impl ConnState {
             ) {
                 self.tagged_seen = true; // RDMA Writes arrive here: read in small bites
             }
-            let big = self.stream_mode
-                && !self.tagged_seen
-                && conn.recvs_posted() == 0
-                && conn.reads_outstanding() == 0;
+            // Small messages: a recvmsg per payload (plus one per header) would cost far more
+            // than copying them out of one large buffered read, which carries many at once.
+            if let RxPlan::Direct { .. } = plan {
+                self.small_rx = conn.rx_ulpdu_len().is_some_and(|l| l < DIRECT_MIN);
+                if self.small_rx {
+                    plan = RxPlan::Buffered;
+                }
+            }
+            let big = self.small_rx
+                || (self.stream_mode
+                    && !self.tagged_seen
+                    && conn.recvs_posted() == 0
+                    && conn.reads_outstanding() == 0);
             let mut asked;
             let got = match plan {
                 RxPlan::Direct { target, len } => {
                     let tail_len = if big { BIG_READ } else { SMALL_READ };
                     asked = len + tail_len;
-                    match mem.recv_direct(sh.tcp_fd, target, len, &mut self.rx_buf[..tail_len]) {
+                    match mem.recv_direct(sh.tcp_fd, target, len, &mut rx_buf[..tail_len]) {
                         Ok((0, 0)) => Ok(0),
                         Ok((placed, tail)) => {
                             if placed > 0 {
                                 conn.placed_direct(placed, mem);
                             }
                             if tail > 0 {
-                                let _ = conn.handle_input(&self.rx_buf[..tail], mem, now);
+                                let _ = conn.handle_input(&rx_buf[..tail], mem, now);
                             }
                             Ok(placed + tail)
                         }
@@ -462,12 +637,11 @@ impl ConnState {
                         // placement drops them.
                         Err(None) => {
                             asked = len.min(BIG_READ);
-                            let r =
-                                sys::recv(sh.tcp_fd, &mut self.rx_buf[..asked], libc::MSG_DONTWAIT);
+                            let r = sys::recv(sh.tcp_fd, &mut rx_buf[..asked], libc::MSG_DONTWAIT);
                             if let Ok(n) = r
                                 && n > 0
                             {
-                                let _ = conn.handle_input(&self.rx_buf[..n], mem, now);
+                                let _ = conn.handle_input(&rx_buf[..n], mem, now);
                             }
                             r
                         }
@@ -476,11 +650,11 @@ impl ConnState {
                 }
                 RxPlan::Buffered => {
                     asked = if big { BIG_READ } else { SMALL_READ };
-                    let r = sys::recv(sh.tcp_fd, &mut self.rx_buf[..asked], libc::MSG_DONTWAIT);
+                    let r = sys::recv(sh.tcp_fd, &mut rx_buf[..asked], libc::MSG_DONTWAIT);
                     if let Ok(n) = r
                         && n > 0
                     {
-                        let _ = conn.handle_input(&self.rx_buf[..n], mem, now);
+                        let _ = conn.handle_input(&rx_buf[..n], mem, now);
                     }
                     r
                 }
@@ -525,6 +699,7 @@ impl ConnState {
                 }
             }
         }
+        sh.engine.rx_buf_put(rx_buf);
     }
 
     // ---------------------------------------------------------------- transmitting
@@ -542,32 +717,25 @@ impl ConnState {
         if self.tcp_shut_wr {
             return Ok(self.tail.is_none());
         }
+        // everything queued goes out now
+        self.deferred_wrs = 0;
+        self.deferred_bytes = 0;
         loop {
             if self.tail.is_none() {
-                match conn.poll_transmit(mem) {
-                    Some(t) => {
-                        self.tail = Some(Tail {
-                            t,
-                            piece: 0,
-                            off: 0,
-                        })
-                    }
-                    None => return Ok(true),
+                let mut t = core::mem::take(&mut self.spare_tx);
+                if !conn.poll_transmit_into(mem, &mut t) {
+                    self.spare_tx = t;
+                    return Ok(true);
                 }
+                self.tail = Some(Tail {
+                    t,
+                    piece: 0,
+                    off: 0,
+                });
             }
             let tail = self.tail.as_mut().expect("set above");
-            let mut iov = Vec::with_capacity((tail.t.pieces.len() - tail.piece).min(MAX_IOV));
-            let mut asked = 0;
-            for (i, p) in tail.t.pieces[tail.piece..].iter().enumerate() {
-                if iov.len() == MAX_IOV {
-                    break;
-                }
-                let bytes = tail.t.piece_bytes(p, &*mem);
-                let bytes = if i == 0 { &bytes[tail.off..] } else { bytes };
-                iov.push(sys::iovec(bytes.as_ptr(), bytes.len()));
-                asked += bytes.len();
-            }
-            match sys::sendmsg(sh.tcp_fd, &iov, libc::MSG_DONTWAIT) {
+            let (sent, asked) = write_tail(sh.tcp_fd, tail, mem);
+            match sent {
                 Ok(n) => {
                     conn.on_written(n as u64);
                     let mut left = n;
@@ -583,7 +751,9 @@ impl ConnState {
                         }
                     }
                     if tail.piece == tail.t.pieces.len() {
-                        self.tail = None;
+                        if let Some(done) = self.tail.take() {
+                            self.spare_tx = done.t;
+                        }
                     } else if n < asked {
                         self.keep_tail(mem);
                         return Ok(false);
@@ -692,13 +862,23 @@ impl ConnState {
                         match meta {
                             Some(SqMeta::Stream { key, len }) => {
                                 debug_assert_eq!(key, c.wr_id);
-                                self.stream_bufs.remove(&key);
+                                let mut b = self.stream_bufs.pop_front().expect("posted");
+                                debug_assert_eq!(b.len(), len);
+                                // Keep a few small buffers (a `write` of a few bytes each).
+                                if self.stream_pool.len() < STREAM_POOL && b.capacity() <= 64 << 10
+                                {
+                                    b.clear();
+                                    self.stream_pool.push(b);
+                                }
                                 self.stream_queued -= len;
                             }
                             Some(SqMeta::App { wr_id, signaled }) => {
                                 debug_assert_eq!(wr_id, c.wr_id);
                                 if signaled || c.status != WcStatus::Success {
-                                    sh.push_wc(wc_from_completion(&c, self.last_term));
+                                    sh.push_wc(
+                                        wc_from_completion(&c, self.last_term),
+                                        self.defer_wc,
+                                    );
                                 }
                             }
                             None => debug_assert!(false, "completion without a work request"),
@@ -709,7 +889,7 @@ impl ConnState {
                             self.bytes_rx += c.byte_len;
                         }
                         debug_assert_eq!(c.opcode, WcOpcode::Recv);
-                        sh.push_wc(wc_from_completion(&c, self.last_term));
+                        sh.push_wc(wc_from_completion(&c, self.last_term), self.defer_wc);
                     }
                     Event::PeerTerminated(t) => {
                         self.last_term = Some(LastTerminate::Received(t.code));
@@ -751,6 +931,12 @@ impl ConnState {
     /// Moves backlog bytes into `eng_end` as far as the socketpair takes them; after the
     /// last byte of an ended stream, `shutdown(eng_end, SHUT_WR)`.
     pub(crate) fn flush_backlog(&mut self, sh: &Shared) {
+        if self.hold {
+            if !self.backlog.is_empty() && !self.rd_shut {
+                return; // an application thread takes it from the backlog
+            }
+            self.hold = false;
+        }
         while !self.backlog.is_empty() {
             if self.rd_shut {
                 let n = self.backlog.len();
@@ -758,7 +944,10 @@ impl ConnState {
                 break;
             }
             match sys::send(sh.eng_end, self.backlog.front(), libc::MSG_DONTWAIT) {
-                Ok(n) => self.backlog.consume(n),
+                Ok(n) => {
+                    self.backlog.consume(n);
+                    self.pair_sent += n as u64;
+                }
                 Err(Errno::EAGAIN) => break,
                 Err(_) => {
                     // The application end is gone: nobody will read this.
@@ -796,7 +985,9 @@ impl ConnState {
                     if self.is_connecting() {
                         self.queue_pre_open(&[&buf[..n]]);
                     } else if self.is_open() && !self.want_shut_wr {
-                        let _ = self.post_stream(buf[..n].to_vec());
+                        let mut b = self.stream_buf();
+                        b.extend_from_slice(&buf[..n]);
+                        let _ = self.post_stream(b);
                     }
                     if n < want {
                         return;
@@ -812,7 +1003,7 @@ impl ConnState {
         matches!(self.phase, Phase::Open)
             && !self.rx_eof
             && !self.conn_done
-            && self.backlog.len() < RX_BACKLOG_LIMIT
+            && self.backlog.len() < self.rx_limit
     }
 
     /// The TCP interest the progress thread should have for this socket.
@@ -850,7 +1041,7 @@ impl ConnState {
         if sending {
             ev |= libc::EPOLLIN as u32;
         }
-        if !self.backlog.is_empty() {
+        if !self.backlog.is_empty() && !self.hold {
             ev |= libc::EPOLLOUT as u32;
         }
         ev

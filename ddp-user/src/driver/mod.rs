@@ -53,6 +53,9 @@ pub(crate) fn move_high(fd: RawFd) -> Result<RawFd, Errno> {
     new
 }
 
+/// Receive buffers kept for reuse (about one per thread receiving at the same time).
+const RX_BUF_POOL: usize = 8;
+
 /// The per-process engine: registry, epoll set, progress thread (started lazily).
 pub(crate) struct Engine {
     pid: i32,
@@ -62,6 +65,10 @@ pub(crate) struct Engine {
     conns: Mutex<HashMap<u64, Arc<Shared>>>,
     /// Sockets with a deadline (non-blocking MPA exchange, close linger).
     timed: Mutex<HashSet<u64>>,
+    /// Receive buffers lent to `ConnState::pump_input` for one call (see `rx_buf_take`).
+    rx_bufs: Mutex<Vec<Vec<u8>>>,
+    /// Sockets in `conns` (sizes each socket's share of the receive backlog budget).
+    sockets: AtomicUsize,
     /// Bumped (and `flushed_cv` notified) when a closed socket has sent everything.
     flushed: Mutex<u64>,
     flushed_cv: Condvar,
@@ -82,10 +89,39 @@ pub(crate) const LAZY_REARM: Duration = Duration::from_micros(500);
 /// Sockets whose TCP fd is held lazily (a hint for [`release_lazy`]'s fast path).
 static LAZY: AtomicUsize = AtomicUsize::new(0);
 
-/// Whether any socket's TCP fd may be held lazily ([`release_lazy`] has work).
+/// Sockets whose received stream data is held in the backlog for an application thread
+/// told it is readable (`ConnState::hold`; a hint for [`release_lazy`] and [`flush_held`]).
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any socket's TCP fd (or received stream data) may be held lazily
+/// ([`release_lazy`] has work).
 #[inline]
 pub fn lazy_held() -> bool {
-    LAZY.load(Ordering::Relaxed) != 0
+    LAZY.load(Ordering::Relaxed) != 0 || HELD.load(Ordering::Relaxed) != 0
+}
+
+/// Moves stream data held in the engine for a reader (see `ConnState::hold`) into the
+/// sockets' socketpairs now, whoever is inside the library: for calls that look at the
+/// socketpair itself (`ioctl(FIONREAD)` on an app fd). One relaxed load when there is none.
+pub fn flush_held() {
+    if HELD.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let cur = ENGINE.load(Ordering::Acquire);
+    // SAFETY: ENGINE only ever holds null or a leaked, never freed `Box<Engine>`.
+    let Some(e) = (unsafe { cur.as_ref() }) else {
+        return;
+    };
+    let ids: Vec<u64> = lock(&e.timed).iter().copied().collect();
+    for id in ids {
+        let Some(sh) = lock(&e.conns).get(&id).cloned() else {
+            continue;
+        };
+        let mut st = sh.lock();
+        if st.hold_until.is_some() {
+            sh.end_hold(&mut st);
+        }
+    }
 }
 
 /// Gives every socket whose TCP fd is held lazily (see [`LAZY_REARM`]) and that no
@@ -93,7 +129,7 @@ pub fn lazy_held() -> bool {
 /// blocks in the library (its wait would not serve those sockets). One relaxed load when
 /// there are none.
 pub fn release_lazy() {
-    if LAZY.load(Ordering::Relaxed) == 0 {
+    if !lazy_held() {
         return;
     }
     let cur = ENGINE.load(Ordering::Acquire);
@@ -110,8 +146,13 @@ pub fn release_lazy() {
         let Ok(mut st) = sh.st.try_lock() else {
             continue;
         };
-        if st.lazy_until.is_some() && st.inline == 0 {
-            sh.end_lazy(&mut st);
+        if st.inline == 0 {
+            if st.hold_until.is_some() {
+                sh.end_hold(&mut st);
+            }
+            if st.lazy_until.is_some() {
+                sh.end_lazy(&mut st);
+            }
         }
     }
 }
@@ -158,6 +199,8 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
         wake_fd,
         conns: Mutex::new(HashMap::new()),
         timed: Mutex::new(HashSet::new()),
+        rx_bufs: Mutex::new(Vec::new()),
+        sockets: AtomicUsize::new(0),
         flushed: Mutex::new(0),
         flushed_cv: Condvar::new(),
         next_id: AtomicU64::new(1),
@@ -257,7 +300,9 @@ impl Engine {
                 .spawn(move || self.run())
                 .expect("spawn the progress thread");
         });
-        lock(&self.conns).insert(sh.id, sh.clone());
+        if lock(&self.conns).insert(sh.id, sh.clone()).is_none() {
+            self.sockets.fetch_add(1, Ordering::Relaxed);
+        }
         let ev = libc::EPOLLONESHOT as u32;
         sys::epoll_ctl(
             self.epfd,
@@ -274,6 +319,31 @@ impl Engine {
             sh.id << 2 | KIND_ENG,
         )?;
         Ok(())
+    }
+
+    /// A receive buffer for one `pump_input` (its bytes do not outlive the call). A few
+    /// buffers shared by all sockets instead of one per socket: with 1000 connections the
+    /// per-socket buffers were 64 MB per process that did not stay in cache
+    /// (docs/performance.md). Never waits for the lock (a fork may have left it held): a busy
+    /// or empty pool means a fresh buffer.
+    pub(crate) fn rx_buf_take(&self) -> Vec<u8> {
+        let b = self.rx_bufs.try_lock().ok().and_then(|mut p| p.pop());
+        b.unwrap_or_else(|| vec![0; conn::BIG_READ])
+    }
+
+    /// How much received stream data one socket may hold in its backlog now
+    /// ([`conn::rx_backlog_limit`] of the number of sockets).
+    pub(crate) fn rx_backlog_limit(&self) -> usize {
+        conn::rx_backlog_limit(self.sockets.load(Ordering::Relaxed))
+    }
+
+    /// Returns a buffer from [`rx_buf_take`](Self::rx_buf_take) (kept if the pool is small).
+    pub(crate) fn rx_buf_put(&self, b: Vec<u8>) {
+        if let Ok(mut p) = self.rx_bufs.try_lock()
+            && p.len() < RX_BUF_POOL
+        {
+            p.push(b);
+        }
     }
 
     /// The socket has a deadline the progress thread must watch.
@@ -339,8 +409,20 @@ impl Engine {
                     due = Some(due.map_or(d, |x: Duration| x.min(d)));
                 }
             }
+            if let Some(d) = st.hold_until {
+                if (!st.hold && !sh.stale_signal()) || st.finalized || (now >= d && st.inline == 0)
+                {
+                    sh.end_hold(&mut st);
+                } else {
+                    let d = if now >= d { now + LAZY_REARM } else { d };
+                    due = Some(due.map_or(d, |x: Duration| x.min(d)));
+                }
+            }
             let keep = !st.finalized
-                && (st.is_connecting() || st.close_deadline.is_some() || st.lazy_until.is_some());
+                && (st.is_connecting()
+                    || st.close_deadline.is_some()
+                    || st.lazy_until.is_some()
+                    || st.hold_until.is_some());
             drop(st);
             if !keep {
                 lock(&self.timed).remove(&id);
@@ -370,8 +452,23 @@ pub(crate) struct Shared {
     /// `after_fork_in_child` was called on this socket.
     pub(crate) forked: AtomicBool,
     pub(crate) user_closed: AtomicBool,
+    /// Work requests posted with `DDP_MORE` wait in the send queue (see
+    /// [`socket::DdpSocket::post_send`]): the next `poll_cq` puts them out.
+    pub(crate) tx_deferred: AtomicBool,
     pub(crate) st: Mutex<ConnState>,
-    cq: Mutex<Cq>,
+    pub(crate) cq: Mutex<CqSlot>,
+}
+
+/// A socket's completion queue and the state of its eventfd.
+#[derive(Default)]
+pub(crate) struct CqSlot {
+    q: Cq,
+    /// The eventfd is readable.
+    signaled: bool,
+    /// Library threads blocked on the eventfd (`wait_cq`).
+    waiters: u32,
+    /// The application has the eventfd (`ddp_event_fd`) and may wait on it.
+    exported: bool,
 }
 
 impl Shared {
@@ -384,24 +481,98 @@ impl Shared {
         self.forked.load(Ordering::Acquire) || FORK_GEN.load(Ordering::Acquire) != self.fork_gen
     }
 
-    /// Appends a completion; the eventfd becomes readable with the first one.
-    pub(crate) fn push_wc(&self, wc: Wc) {
-        if lock(&self.cq).push(wc) {
+    /// Appends a completion. The eventfd becomes readable with the first one if anyone can be
+    /// waiting for it: the application was given the eventfd ([`Shared::export_event_fd`]), or
+    /// a thread of the library blocks on it ([`Shared::cq_wait_begin`]); otherwise nobody can
+    /// see the eventfd and the completion is simply found by the next `ddp_poll`/`ddp_wait`
+    /// (no eventfd write and read per completion). With `defer`, the pushing thread takes
+    /// completions itself right after (`wait_cq`) and [`Shared::poll_cq`] signals what it
+    /// leaves: a completion another thread would have been woken for is taken by the pusher.
+    pub(crate) fn push_wc(&self, wc: Wc, defer: bool) {
+        let mut cq = lock(&self.cq);
+        cq.q.push(wc);
+        if !cq.signaled && !defer && (cq.exported || cq.waiters > 0) {
             let _ = sys::eventfd_signal(self.event_fd);
+            cq.signaled = true;
         }
     }
 
-    /// Takes completions; the eventfd is reset when the queue becomes empty.
-    pub(crate) fn poll_cq(&self, out: &mut [Wc]) -> usize {
+    /// Takes completions; afterwards, if the eventfd is the application's, it is readable iff
+    /// completions are pending, except that with `keep_stale` a signal left on an emptied
+    /// queue stays (drained with [`Shared::drain_stale_signal`] before the caller blocks, or
+    /// by [`release_lazy`]/the progress thread's timer): a request-response loop then does
+    /// not pay an eventfd read per completion and a write per next one. Readiness of the
+    /// eventfd may thus be spurious (never missing) for raw waits, ≤ [`LAZY_REARM`].
+    pub(crate) fn poll_cq(&self, out: &mut [Wc], keep_stale: bool) -> usize {
         let mut cq = lock(&self.cq);
-        if cq.is_empty() || out.is_empty() {
-            return 0;
-        }
-        let (n, empty) = cq.pop_into(out);
-        if empty {
-            let _ = sys::eventfd_drain(self.event_fd);
+        let n = if out.is_empty() {
+            0
+        } else {
+            cq.q.pop_into(out).0
+        };
+        if cq.q.is_empty() {
+            if cq.signaled && (!keep_stale || !cq.exported) && cq.waiters == 0 {
+                let _ = sys::eventfd_drain(self.event_fd);
+                cq.signaled = false;
+            }
+        } else if !cq.signaled && (cq.exported || cq.waiters > 0) {
+            let _ = sys::eventfd_signal(self.event_fd);
+            cq.signaled = true;
         }
         n
+    }
+
+    /// The application was given the eventfd (`ddp_event_fd`): from now on it is readable
+    /// exactly while completions are pending (up to the stale signal of [`Shared::poll_cq`]).
+    pub(crate) fn export_event_fd(&self) {
+        let mut cq = lock(&self.cq);
+        cq.exported = true;
+        if !cq.q.is_empty() && !cq.signaled {
+            let _ = sys::eventfd_signal(self.event_fd);
+            cq.signaled = true;
+        }
+    }
+
+    /// A library thread is about to block on the eventfd: from now on completions signal it.
+    /// False (do not block) if completions are pending already. Pair with
+    /// [`Shared::cq_wait_end`].
+    pub(crate) fn cq_wait_begin(&self) -> bool {
+        let mut cq = lock(&self.cq);
+        if !cq.q.is_empty() {
+            return false;
+        }
+        if cq.signaled {
+            // (stale: nothing pending)
+            let _ = sys::eventfd_drain(self.event_fd);
+            cq.signaled = false;
+        }
+        cq.waiters += 1;
+        true
+    }
+
+    /// The blocking wait of [`Shared::cq_wait_begin`] is over.
+    pub(crate) fn cq_wait_end(&self) {
+        let mut cq = lock(&self.cq);
+        cq.waiters -= 1;
+        if cq.signaled && !cq.exported && cq.waiters == 0 {
+            let _ = sys::eventfd_drain(self.event_fd);
+            cq.signaled = false;
+        }
+    }
+
+    /// Whether the eventfd is readable with no completion pending (see [`Shared::poll_cq`]).
+    pub(crate) fn stale_signal(&self) -> bool {
+        let cq = lock(&self.cq);
+        cq.signaled && cq.q.is_empty()
+    }
+
+    /// Resets the eventfd if it is readable with no completion pending.
+    pub(crate) fn drain_stale_signal(&self) {
+        let mut cq = lock(&self.cq);
+        if cq.signaled && cq.q.is_empty() && cq.waiters == 0 {
+            let _ = sys::eventfd_drain(self.event_fd);
+            cq.signaled = false;
+        }
     }
 
     /// One round of all the work possible on this socket without blocking: the MPA
@@ -451,8 +622,12 @@ impl Shared {
         let read_input = if kind == KIND_TCP {
             st.tcp_armed = 0;
             // An application thread is working on this socket: it reads the input (and
-            // re-arms when it leaves).
+            // re-arms when it leaves). Threads only waiting in poll/epoll_wait do not write a
+            // tail left by another thread: that is done here.
             if st.inline > 0 {
+                if st.inline == st.pollers && st.has_tail() {
+                    self.progress(&mut st, None, false);
+                }
                 return;
             }
             true
@@ -477,8 +652,18 @@ impl Shared {
             st.lazy_until = None;
             LAZY.fetch_sub(1, Ordering::Relaxed);
         }
-        if st.inline == 0 && st.lazy_until.is_none() {
-            let want = st.tcp_interest();
+        let pollers_only = st.inline > 0 && st.inline == st.pollers;
+        if (st.inline == 0 && st.lazy_until.is_none()) || pollers_only {
+            let want = if pollers_only {
+                // (pollers read the input themselves; see `ConnState::pollers`)
+                if st.has_tail() {
+                    libc::EPOLLOUT as u32
+                } else {
+                    0
+                }
+            } else {
+                st.tcp_interest()
+            };
             if want != st.tcp_armed
                 && sys::epoll_ctl(
                     ep,
@@ -512,6 +697,9 @@ impl Shared {
     /// [`Shared::end_lazy`], by the progress thread's timer or [`release_lazy`]); else
     /// [`Shared::rearm`].
     pub(crate) fn leave_inline(&self, st: &mut ConnState) {
+        if st.hold {
+            self.note_hold(st);
+        }
         if st.registered
             && !st.finalized
             && st.tcp_armed == 0
@@ -536,6 +724,36 @@ impl Shared {
             LAZY.fetch_sub(1, Ordering::Relaxed);
         }
         self.rearm(st);
+    }
+
+    /// Received stream data is held in the backlog for the reader that was told about it
+    /// (`ConnState::hold`): it goes to the socketpair if that reader does not come back
+    /// within [`LAZY_REARM`] (from now), or when another thread is about to wait elsewhere
+    /// ([`release_lazy`]) or looks at the socketpair ([`flush_held`]).
+    pub(crate) fn note_hold(&self, st: &mut ConnState) {
+        if st.finalized {
+            return;
+        }
+        let first = st.hold_until.is_none();
+        st.hold_until = Some(self.engine.now() + LAZY_REARM);
+        if first {
+            HELD.fetch_add(1, Ordering::Relaxed);
+            self.engine.watch_deadline(self.id);
+        }
+    }
+
+    /// Ends a hold of received stream data (`ConnState::hold`): the backlog goes into the
+    /// socketpair (as far as it takes it; the rest on `eng_end`'s `POLLOUT`).
+    pub(crate) fn end_hold(&self, st: &mut ConnState) {
+        if st.hold_until.take().is_some() {
+            HELD.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.drain_stale_signal();
+        if st.hold {
+            st.hold = false;
+            st.flush_backlog(self);
+            self.rearm(st);
+        }
     }
 
     /// Removes the TCP interest (an application thread waits on the socket itself; it
@@ -565,6 +783,8 @@ impl Shared {
         if st.finalized {
             return;
         }
+        // Held stream data goes to the socketpair (another process may still read it).
+        self.end_hold(&mut st);
         st.close_deadline = Some(Instant::now() + conn::CLOSE_LINGER);
         st.want_shut_wr = true;
         match st.phase {
@@ -626,7 +846,9 @@ impl Shared {
         if self.own_pd {
             self.engine.registry.deregister_pd(self.pd);
         }
-        lock(&self.engine.conns).remove(&self.id);
+        if lock(&self.engine.conns).remove(&self.id).is_some() {
+            self.engine.sockets.fetch_sub(1, Ordering::Relaxed);
+        }
         self.engine.note_flushed();
     }
 }

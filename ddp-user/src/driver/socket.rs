@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use ddp_proto::conn::{PostError, Role, SendFlags, State};
-use ddp_proto::ddp::{STag, Sge};
+use ddp_proto::ddp::{STag, Sge, SgeList};
 use ddp_proto::mpa::startup::RtrKind;
 
 use crate::driver::conn::{ConnState, Phase, TX_STREAM_LIMIT, ended_errno};
@@ -27,6 +27,8 @@ pub const MAX_SGE: usize = 16;
 pub const SIGNALED: u32 = 0x1;
 /// `DDP_SOLICITED`.
 pub const SOLICITED: u32 = 0x2;
+/// `DDP_MORE`: the work request may wait in the send queue for the ones that follow.
+pub const MORE: u32 = 0x4;
 
 /// A connected (or connecting) DDP socket. Cheap to clone (`Arc`), `Send + Sync`. When the
 /// last clone is dropped the socket is closed ([`DdpSocket::close`]).
@@ -178,10 +180,37 @@ impl PollWait {
 
     /// One round of the socket's work in the calling thread (input, unsent tails, Read
     /// Responses owed), after its TCP fd was reported ready.
-    pub fn service(&self) {
+    ///
+    /// Returns true when stream data arrived while the socketpair was empty: the data is then
+    /// held in the engine for the caller's next `recv` on the socket (which copies it straight
+    /// into its buffer), the app fd itself is *not* readable yet, and the caller must report
+    /// it readable (`POLLIN`) itself. Held data goes into the socketpair if no reader takes it
+    /// within [`crate::driver::LAZY_REARM`], or as soon as any thread is about to wait in the
+    /// library elsewhere ([`crate::release_lazy`]) or asks `FIONREAD` ([`crate::flush_held`]),
+    /// so other waiters see the kernel's readiness after at most that. Otherwise (false) the
+    /// input went where it always goes and the kernel's readiness of the app fd is right.
+    pub fn service(&self) -> bool {
+        self.service_as(true)
+    }
+
+    /// Like [`PollWait::service`], but stream data always goes into the socketpair (for
+    /// waits that report the kernel's readiness only, such as `epoll_wait`).
+    pub fn service_plain(&self) {
+        self.service_as(false);
+    }
+
+    fn service_as(&self, may_hold: bool) -> bool {
         let sh = self.sock.sh();
         let mut st = sh.lock();
+        if may_hold && st.is_open() && st.backlog.is_empty() && !st.pair_maybe_readable() {
+            st.hold = true;
+        }
         sh.progress(&mut st, None, true);
+        // (flush_backlog ends the hold at once if nothing stream-like arrived)
+        if st.hold {
+            sh.note_hold(&mut st);
+        }
+        st.hold
     }
 }
 
@@ -189,6 +218,7 @@ impl Drop for PollWait {
     fn drop(&mut self) {
         let sh = self.sock.sh();
         let mut st = sh.lock();
+        st.pollers -= 1;
         st.inline -= 1;
         if st.inline == 0 {
             sh.leave_inline(&mut st);
@@ -234,17 +264,16 @@ fn post_errno(st: &ConnState, e: PostError) -> Errno {
 
 /// Converts application iovecs into SGEs (`EINVAL`: more than [`MAX_SGE`], or one longer
 /// than 2^32 - 1 bytes).
-fn sges(iov: &[libc::iovec]) -> Result<Vec<Sge>, Errno> {
+fn sges(iov: &[libc::iovec]) -> Result<SgeList, Errno> {
     if iov.len() > MAX_SGE {
         return Err(Errno::EINVAL);
     }
-    iov.iter()
-        .map(|v| {
-            u32::try_from(v.iov_len)
-                .map(|l| Sge::new(v.iov_base as u64, l))
-                .map_err(|_| Errno::EINVAL)
-        })
-        .collect()
+    let mut a = [Sge::default(); MAX_SGE];
+    for (s, v) in a.iter_mut().zip(iov) {
+        let l = u32::try_from(v.iov_len).map_err(|_| Errno::EINVAL)?;
+        *s = Sge::new(v.iov_base as u64, l);
+    }
+    Ok(SgeList::from_slice(&a[..iov.len()]))
 }
 
 fn reg_errno(e: RegError) -> Errno {
@@ -322,6 +351,7 @@ impl DdpSocket {
             fork_gen: FORK_GEN.load(Ordering::Acquire),
             forked: AtomicBool::new(false),
             user_closed: AtomicBool::new(false),
+            tx_deferred: AtomicBool::new(false),
             st: Mutex::new(st),
             cq: Mutex::new(Default::default()),
         });
@@ -390,7 +420,10 @@ impl DdpSocket {
     }
 
     /// The completion eventfd: readable while completions are pending. Owned by the socket.
+    /// (Until this is called nobody outside the library can wait on it, and completions do
+    /// not touch it: see `Shared::push_wc`.)
     pub fn event_fd(&self) -> RawFd {
+        self.sh().export_event_fd();
         self.sh().event_fd
     }
 
@@ -412,13 +445,20 @@ impl DdpSocket {
             return None;
         }
         let mut st = sh.lock();
+        // Data held for a reader that polls again instead: into the socketpair, where the
+        // kernel reports it.
+        if st.hold {
+            sh.end_hold(&mut st);
+        }
         if tcp_events(&st) & libc::POLLIN == 0 {
             return None;
         }
         st.inline += 1;
+        st.pollers += 1;
         if st.tcp_armed != 0 {
             sh.disarm_tcp(&mut st);
         }
+        sh.rearm(&mut st); // (EPOLLOUT for an unsent tail stays with the progress thread)
         drop(st);
         Some(PollWait { sock: self.clone() })
     }
@@ -575,25 +615,35 @@ impl DdpSocket {
         let mut filled = 0usize;
         loop {
             let st = g.st();
-            // 1. The socketpair holds the oldest data (all writers to it hold the lock).
-            let mut iov = iovecs_mut(bufs, filled);
-            let pflags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
-            match sys::recvmsg(sh.app_end, &mut iov, pflags) {
-                Ok(0) => {
-                    if filled == 0 && st.so_error != 0 && matches!(st.phase, Phase::Failed) {
-                        return Err(Errno(core::mem::take(&mut st.so_error)));
-                    }
-                    return Ok(filled);
-                }
-                Ok(n) => {
-                    filled += n;
-                    if !waitall || filled == cap {
+            if peek && st.hold {
+                // Peeked data must stay readable: held data goes to the socketpair first.
+                sh.end_hold(st);
+            }
+            // 1. The socketpair holds the oldest data (all writers to it hold the lock); when
+            //    it is known to be empty, the `recvmsg` that could only say EAGAIN is skipped.
+            if st.pair_maybe_readable() {
+                let mut iov = iovecs_mut(bufs, filled);
+                let pflags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
+                match sys::recvmsg(sh.app_end, &mut iov, pflags) {
+                    Ok(0) => {
+                        if filled == 0 && st.so_error != 0 && matches!(st.phase, Phase::Failed) {
+                            return Err(Errno(core::mem::take(&mut st.so_error)));
+                        }
                         return Ok(filled);
                     }
-                    continue;
+                    Ok(n) => {
+                        if !peek {
+                            st.pair_read += n as u64;
+                        }
+                        filled += n;
+                        if !waitall || filled == cap {
+                            return Ok(filled);
+                        }
+                        continue;
+                    }
+                    Err(Errno::EAGAIN) => {}
+                    Err(e) => return if filled > 0 { Ok(filled) } else { Err(e) },
                 }
-                Err(Errno::EAGAIN) => {}
-                Err(e) => return if filled > 0 { Ok(filled) } else { Err(e) },
             }
             let before = st.bytes_rx;
             if peek {
@@ -605,8 +655,17 @@ impl DdpSocket {
             } else if !st.backlog.is_empty() {
                 // 2. Then what the socketpair could not take.
                 let mut sink = UserSink::new(bufs, filled);
+                let held = st.hold;
                 filled += st.backlog.drain_into(|d| sink.put(d));
-                sh.progress(st, None, false);
+                if held && !st.has_tail() {
+                    // Data held for us after an inline poll (nothing else happened since that
+                    // round of work): only the end of the hold (or the EOF after the last
+                    // byte) is left to do.
+                    st.flush_backlog(sh);
+                    sh.rearm(st);
+                } else {
+                    sh.progress(st, None, false);
+                }
                 if !waitall || filled == cap {
                     return Ok(filled);
                 }
@@ -768,8 +827,26 @@ impl DdpSocket {
             return Err(post_errno(&st, e));
         }
         st.note_app_wr(wr_id, flags & SIGNALED != 0, payload);
+        // DDP_MORE: leave it queued (several FPDUs per sendmsg later) unless the batch is
+        // full or an unsent tail means the socket is full anyway (then the progress thread
+        // writes on POLLOUT: nothing to gain from trying now).
+        if flags & MORE != 0 && st.defer_tx(payload) {
+            sh.tx_deferred.store(true, Ordering::Release);
+            return Ok(());
+        }
+        sh.tx_deferred.store(false, Ordering::Relaxed);
         sh.progress(&mut st, None, false);
         Ok(())
+    }
+
+    /// Puts out work requests left queued by `DDP_MORE` posts (if any).
+    fn flush_deferred(&self) {
+        let sh = self.sh();
+        if sh.tx_deferred.swap(false, Ordering::AcqRel) {
+            let mut st = sh.lock();
+            st.end_deferral();
+            sh.progress(&mut st, None, false);
+        }
     }
 
     /// Posts a receive buffer for one incoming Send. The first one switches the socket from
@@ -797,12 +874,19 @@ impl DdpSocket {
             return Err(post_errno(&st, e));
         }
         conn.set_recv_mode(ddp_proto::conn::RecvMode::Posted);
-        st.stream_mode = false;
-        sh.progress(&mut st, None, false);
+        // A posted receive changes nothing to write or wait for: a round of progress only
+        // for the first one (the switch to posted mode) or input read with the MPA exchange.
+        let first = core::mem::replace(&mut st.stream_mode, false);
+        if first || st.has_pending_input() {
+            sh.progress(&mut st, None, false);
+        }
         Ok(())
     }
 
-    /// Posts a Send of `iov` (`SIGNALED`, `SOLICITED` flags).
+    /// Posts a Send of `iov` (`SIGNALED`, `SOLICITED`, `MORE` flags). Without `MORE` it is
+    /// framed and written at once (with everything queued before it); with `MORE` it may stay
+    /// queued until a post without it, a `poll_cq`/`wait_cq`, any other round of work on the
+    /// socket, or a full batch (sockopt_ext.h `DDP_MORE`). The same holds for the other posts.
     ///
     /// # Safety
     ///
@@ -820,7 +904,7 @@ impl DdpSocket {
             signaled: true,
             solicited: flags & SOLICITED != 0,
         };
-        self.post(wr_id, flags, SIGNALED | SOLICITED, len, |c| {
+        self.post(wr_id, flags, SIGNALED | SOLICITED | MORE, len, |c| {
             c.post_send(wr_id, &s, fl)
         })
     }
@@ -843,7 +927,7 @@ impl DdpSocket {
             signaled: true,
             solicited: flags & SOLICITED != 0,
         };
-        self.post(wr_id, flags, SIGNALED | SOLICITED, len, |c| {
+        self.post(wr_id, flags, SIGNALED | SOLICITED | MORE, len, |c| {
             c.post_send_inv(wr_id, &s, inv_stag, fl)
         })
     }
@@ -863,7 +947,7 @@ impl DdpSocket {
     ) -> Result<(), Errno> {
         let s = sges(iov)?;
         let len = ddp_proto::ddp::sge_total(&s);
-        self.post(wr_id, flags, SIGNALED, len, |c| {
+        self.post(wr_id, flags, SIGNALED | MORE, len, |c| {
             c.post_write(wr_id, &s, rstag, rto, true)
         })
     }
@@ -884,7 +968,7 @@ impl DdpSocket {
     ) -> Result<(), Errno> {
         let s = sges(iov)?;
         let len = u32::try_from(ddp_proto::ddp::sge_total(&s)).map_err(|_| Errno::EINVAL)?;
-        self.post(wr_id, flags, SIGNALED, 0, |c| {
+        self.post(wr_id, flags, SIGNALED | MORE, 0, |c| {
             c.post_read(wr_id, &s, rstag, rto, len, true)
         })
     }
@@ -898,14 +982,15 @@ impl DdpSocket {
         if sh.in_child() {
             return Err(Errno::EOPNOTSUPP);
         }
-        let n = sh.poll_cq(out);
+        self.flush_deferred();
+        let n = sh.poll_cq(out, false);
         if n > 0 || out.is_empty() {
             return Ok(n);
         }
         // sockopt_ext.h: once the connection has ended and every completion was taken, EPIPE.
         let st = sh.lock();
         if ended(&st) {
-            let n = sh.poll_cq(out);
+            let n = sh.poll_cq(out, false);
             return if n > 0 { Ok(n) } else { Err(Errno::EPIPE) };
         }
         Ok(0)
@@ -920,25 +1005,52 @@ impl DdpSocket {
         if sh.in_child() {
             return Err(Errno::EOPNOTSUPP);
         }
-        let n = sh.poll_cq(out);
+        self.flush_deferred();
+        // A signal left on the emptied queue (Shared::poll_cq) stays while this thread comes
+        // back for the next completion soon; it is noted for release_lazy and the progress
+        // thread's timer, and drained before this thread blocks.
+        let n = sh.poll_cq(out, true);
         if n > 0 || out.is_empty() {
+            if n > 0 && sh.stale_signal() {
+                sh.note_hold(&mut sh.lock());
+            }
             return Ok(n);
         }
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut g = Inline::enter(sh);
+        // While the TCP fd is held lazily nothing was read since the last call: poll it
+        // first rather than try a read that would (very likely) only say EAGAIN.
+        let mut read_input = g.st().lazy_until.is_none() || timeout == Some(Duration::ZERO);
         loop {
-            sh.progress(g.st(), None, true);
-            let n = sh.poll_cq(out);
+            let st = g.st();
+            // (nothing to do yet in a first round that does not read: skip it)
+            if read_input || st.has_tail() || st.has_pending_input() || st.is_connecting() {
+                st.defer_wc = true;
+                sh.progress(st, None, read_input);
+                st.defer_wc = false;
+            }
+            read_input = true;
+            let n = sh.poll_cq(out, true);
             if n > 0 {
+                if sh.stale_signal() {
+                    sh.note_hold(g.st());
+                }
                 return Ok(n);
             }
             if ended(g.st()) {
+                sh.drain_stale_signal();
                 return Err(Errno::EPIPE);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
+                sh.drain_stale_signal();
                 return Ok(0);
             }
-            g.wait(Some((sh.event_fd, libc::POLLIN)), remaining(deadline))?;
+            if !sh.cq_wait_begin() {
+                continue; // (a completion arrived meanwhile)
+            }
+            let r = g.wait(Some((sh.event_fd, libc::POLLIN)), remaining(deadline));
+            sh.cq_wait_end();
+            r?;
         }
     }
 
@@ -1007,6 +1119,33 @@ impl DdpSocket {
             _ => state::CLOSED,
         };
         Ok(i)
+    }
+
+    /// `ioctl(SIOCOUTQ)` (`not_sent` false) or `ioctl(SIOCOUTQNSD)` (true) of the DDP socket,
+    /// as a TCP socket answers them: bytes written by the application that the peer's TCP
+    /// has not acknowledged yet (`SIOCOUTQ`), or that have not been sent yet (`SIOCOUTQNSD`).
+    /// The sum of what the application wrote into its socketpair end and the engine has not
+    /// taken yet, the engine's unsent bytes (MPA frames, queued and framed FPDUs: the stream
+    /// as it goes on the wire, so headers and CRCs count), and the kernel's answer for the TCP
+    /// socket. Read in that order, each under the lock the engine writes under, so a byte
+    /// moving from one to the next may be counted twice but never missed: 0 means everything
+    /// was acknowledged. In a forked child the engine's part is not visible (its lock may
+    /// have been held at the fork): socketpair and kernel only.
+    pub fn out_queue(&self, not_sent: bool) -> Result<usize, Errno> {
+        const SIOCOUTQNSD: libc::c_ulong = 0x894b;
+        let sh = self.sh();
+        let req = if not_sent {
+            SIOCOUTQNSD
+        } else {
+            libc::TIOCOUTQ as libc::c_ulong
+        };
+        let pair = sys::inq(sh.eng_end).unwrap_or(0);
+        if sh.in_child() {
+            return Ok(pair + sys::ioctl_count(sh.tcp_fd, req)?);
+        }
+        let st = sh.lock();
+        let engine = st.unsent_bytes() as usize;
+        Ok(pair + engine + sys::ioctl_count(sh.tcp_fd, req)?)
     }
 
     /// Counters that `DDP_CONN_INFO` does not carry (for the stats surface of the preload):

@@ -96,6 +96,11 @@ impl Startup {
         }
     }
 
+    /// Bytes of our MPA frames not written yet.
+    pub(crate) fn unsent(&self) -> usize {
+        self.out.len() - self.out_off
+    }
+
     fn collect_output(&mut self) {
         let more = match &mut self.hs {
             Handshake::TcpConnecting(_) => None,

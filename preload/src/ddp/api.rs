@@ -368,6 +368,7 @@ pub fn abi_table() -> String {
         ("DDP_QUEUE_DEPTH", QUEUE_DEPTH as i64),
         ("DDP_SIGNALED", ddp_user::SIGNALED.into()),
         ("DDP_SOLICITED", ddp_user::SOLICITED.into()),
+        ("DDP_MORE", ddp_user::MORE.into()),
         ("DDP_WC_SUCCESS", cq::status::SUCCESS.into()),
         ("DDP_WC_FLUSH_ERR", cq::status::FLUSH_ERR.into()),
         ("DDP_WC_LOC_LEN_ERR", cq::status::LOC_LEN_ERR.into()),
