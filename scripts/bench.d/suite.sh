@@ -7,7 +7,7 @@
 #     rtt      ping-pong round trip, sizes 1 B .. 4 MiB: xs-pingpong -m tcp | ddp | ext
 #     bw       window bandwidth (64 messages in flight), sizes 1 B .. 4 MiB: xs-bw -m tcp | ddp | ext
 #     rdma     RDMA Write (xs-bw -m write) and Read (ddp-readbw) 1 MiB, vs TCP 1 MiB writes
-#     rate     64 B message rate (xs-bw 64 B: tcp, ddp plain, ext Sends)
+#     rate     64 B message rate (xs-rate: tcp, ddp plain, posted Sends with DDP_MORE, one Send per syscall)
 #     conns    aggregate stream throughput with 1, 10, 100 and 1000 concurrent connections:
 #              xs-conns, one single-threaded epoll process per side, 64 KiB writes, content
 #              verified; also the setup time (connect + MPA of all connections)
@@ -30,5 +30,5 @@ if [ -z "${EXSOCK_LIB:-}" ]; then
   EXSOCK_LIB=$CARGO_TARGET_DIR/release/libexsock.so
 fi
 apps=$CARGO_TARGET_DIR/test-apps
-make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" "$apps/xs-pingpong" "$apps/xs-bw" "$apps/ddp-readbw" "$apps/xs-conns" >&2
+make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" "$apps/xs-pingpong" "$apps/xs-bw" "$apps/xs-rate" "$apps/ddp-readbw" "$apps/xs-conns" >&2
 exec python3 "$(dirname "$0")/suite.py" --lib "$EXSOCK_LIB" --apps "$apps" --out "$EXSOCK_ROOT/bench-results" "$@"
