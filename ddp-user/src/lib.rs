@@ -63,6 +63,7 @@ pub mod sys;
 
 pub use driver::socket::{
     Counters, DdpSocket, MAX_SGE, MORE, PollWait, SIGNALED, SOLICITED, WeakDdpSocket,
+    release_lazy_besides,
 };
 pub use driver::{
     after_fork_in_child, engine_pid, engine_started, flush_at_exit, flush_held, lazy_held,

@@ -111,6 +111,21 @@ fn restart(mut f: impl FnMut() -> c_long) -> Result<usize> {
 }
 
 /// A `struct iovec` for `len` bytes at `ptr` (read or written by the kernel).
+/// `CLOCK_MONOTONIC` (the clock `std::time::Instant` reads) in nanoseconds: one vDSO call and
+/// integer arithmetic, without `Instant`'s checked `timespec` subtraction (this is read on
+/// the latency path: see `Engine::now`).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
 pub fn iovec(ptr: *const u8, len: usize) -> libc::iovec {
     libc::iovec {
         iov_base: ptr as *mut c_void,

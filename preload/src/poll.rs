@@ -280,7 +280,7 @@ unsafe fn poll_inline(
                 return cvt(r);
             }
         }
-        ddp_user::release_lazy();
+        ddp_user::release_lazy_besides(waits.iter().flatten().map(|w| &w.1));
     }
     if k == 0 {
         return cvt(call(fds, n, timeout));
@@ -288,6 +288,7 @@ unsafe fn poll_inline(
     let n = n as usize;
     let ext = &mut stack[..n + k];
     let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let mut first = true;
     loop {
         for (j, w) in waits.iter().flatten().enumerate() {
             let ev = w.1.events();
@@ -297,7 +298,12 @@ unsafe fn poll_inline(
                 revents: 0,
             };
         }
-        let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        // (the first wait takes the timeout as given: the deadline was set just before)
+        let left = if core::mem::take(&mut first) {
+            timeout
+        } else {
+            deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()))
+        };
         let r = cvt(call(ext.as_mut_ptr(), (n + k) as nfds_t, left))?;
         let mut serviced = false;
         let mut held = false;
@@ -471,8 +477,9 @@ unsafe fn epoll_inline(
     if r > 0 {
         return Ok(r);
     }
-    ddp_user::release_lazy();
+    ddp_user::release_lazy_besides(waits.iter().flatten());
     let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let mut first = true;
     let mut set = [pollfd {
         fd: -1,
         events: 0,
@@ -492,7 +499,12 @@ unsafe fn epoll_inline(
                 revents: 0,
             };
         }
-        let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        // (the first wait takes the timeout as given: the deadline was set just before)
+        let left = if core::mem::take(&mut first) {
+            timeout
+        } else {
+            deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()))
+        };
         let ts = left.map(|d| timespec {
             tv_sec: d.as_secs() as libc::time_t,
             tv_nsec: d.subsec_nanos() as libc::c_long,

@@ -6,6 +6,8 @@
  * verifies the echo; one round trip per iteration. The content of each message is a pattern
  * seeded by (size, iteration number), checked in full on both sides. The client prints a
  * table: size, iterations, median, p99, min and mean round-trip time in microseconds.
+ * With -E the server (tcp/ddp plain calls) waits for each ping in epoll_wait (level-triggered
+ * EPOLLIN on the one connection) instead of poll, so the epoll path's latency is measured.
  */
 
 #include "common.h"
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #define PROG_ID 'P'
@@ -40,6 +43,8 @@ static void usage(FILE *f)
 		"  -w WARMUP   untimed iterations per size before (default 100)\n"
 		"  -t SECONDS  bound of every single wait (default 10)\n"
 		"  -K 0|1      DDP_CRC (default: env XS_CRC, else the library default)\n"
+		"  -E          server: wait for each ping in epoll_wait instead of poll (plain\n"
+		"              read/write clients, i.e. -m tcp or ddp; an ext client ignores it)\n"
 		"  -v          verbose (connection info)\n"
 		"  -h          this help\n"
 		"exit: 0 all echoes verified, 1 error/mismatch/timeout, 2 usage, 77 libexsock.so not loaded\n");
@@ -54,6 +59,7 @@ struct conn {
 	uint32_t max_size;
 	int pend_which;    /* ext: a receive completion that arrived while waiting for a send */
 	uint32_t pend_len;
+	int epfd;          /* server -E: epoll fd watching fd for EPOLLIN, else -1 */
 };
 
 static int cmp_u64(const void *a, const void *b)
@@ -139,6 +145,44 @@ static int verify(const uint8_t *buf, uint32_t len, uint32_t size, uint64_t iter
 	return 0;
 }
 
+/* Server -E: read exactly n bytes, waiting in epoll_wait (bounded by timeout_ms per wait). */
+static int epoll_read_full(struct conn *c, void *buf, size_t n, int timeout_ms)
+{
+	size_t got = 0;
+	while (got < n) {
+		struct epoll_event ev;
+		int r = epoll_wait(c->epfd, &ev, 1, timeout_ms);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (r == 0) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		for (;;) { /* drain what is there; the next wait is level-triggered */
+			ssize_t k = recv(c->fd, (char *)buf + got, n - got, MSG_DONTWAIT);
+			if (k > 0) {
+				got += (size_t)k;
+				if (got == n)
+					break;
+				continue;
+			}
+			if (k == 0) {
+				errno = EPIPE; /* EOF before n bytes */
+				return -1;
+			}
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* ---- server ------------------------------------------------------------------------------ */
 
 static int serve(struct conn *c, const struct xs_plan *p)
@@ -193,7 +237,8 @@ static int serve(struct conn *c, const struct xs_plan *p)
 					return -1;
 				}
 			} else {
-				if (xs_read_full(c->fd, c->rbuf[0], size, xs_timeout_ms) != 0) {
+				if ((c->epfd >= 0 ? epoll_read_full(c, c->rbuf[0], size, xs_timeout_ms)
+						   : xs_read_full(c->fd, c->rbuf[0], size, xs_timeout_ms)) != 0) {
 					xs_perr("read (size %u, iteration %llu)", size,
 						(unsigned long long)it);
 					return -1;
@@ -328,8 +373,8 @@ int main(int argc, char **argv)
 	const char *crc_env = getenv("XS_CRC");
 	if (crc_env && *crc_env)
 		o.crc = (int)xs_opt_u64("XS_CRC", crc_env, 0, 1, 0);
-	int op;
-	while ((op = getopt(argc, argv, "sc:a:p:m:S:n:w:t:K:vh")) != -1) {
+	int op, use_epoll = 0;
+	while ((op = getopt(argc, argv, "sc:a:p:m:S:n:w:t:K:Evh")) != -1) {
 		switch (op) {
 		case 's': server = 1; break;
 		case 'c': server = 0; addr = optarg; break;
@@ -341,6 +386,7 @@ int main(int argc, char **argv)
 		case 'w': warmup = xs_opt_u64("-w", optarg, 0, 100000000, 1); break;
 		case 't': xs_timeout_ms = (int)xs_opt_u64("-t", optarg, 1, 86400, 0) * 1000; break;
 		case 'K': o.crc = (int)xs_opt_u64("-K", optarg, 0, 1, 0); break;
+		case 'E': use_epoll = 1; break;
 		case 'v': xs_verbose++; break;
 		case 'h': usage(stdout); return XS_EXIT_OK;
 		default: usage(stderr); return XS_EXIT_USAGE;
@@ -363,7 +409,7 @@ int main(int argc, char **argv)
 	struct xs_cq *cq = malloc(sizeof *cq);
 	if (!cq)
 		xs_pfatal("malloc");
-	struct conn c = { .fd = -1, .mode = mode, .cq = cq, .pend_which = -1 };
+	struct conn c = { .fd = -1, .mode = mode, .cq = cq, .pend_which = -1, .epfd = -1 };
 	int rc;
 	if (server) {
 		int lfd = xs_listen(addr, port, &o, NULL);
@@ -390,7 +436,15 @@ int main(int argc, char **argv)
 		xs_cq_init(cq, c.fd);
 		c.rbuf[0] = xs_alloc(c.max_size);
 		c.rbuf[1] = xs_alloc(c.max_size);
+		if (use_epoll && c.mode != XS_EXT) {
+			c.epfd = epoll_create1(EPOLL_CLOEXEC);
+			struct epoll_event ev = { .events = EPOLLIN, .data.fd = c.fd };
+			if (c.epfd < 0 || epoll_ctl(c.epfd, EPOLL_CTL_ADD, c.fd, &ev) != 0)
+				xs_pfatal("epoll");
+		}
 		rc = serve(&c, &plan);
+		if (c.epfd >= 0)
+			close(c.epfd);
 	} else {
 		plan.magic = XS_PLAN_MAGIC;
 		plan.prog = PROG_ID;

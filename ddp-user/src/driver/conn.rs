@@ -153,6 +153,10 @@ pub(crate) struct Backlog {
     chunks: VecDeque<Vec<u8>>,
     front_off: usize,
     len: usize,
+    /// One emptied chunk kept for the next session's overflow (`SessionMem::overflow`):
+    /// a small message that is held for its reader (or goes to the socketpair) costs no
+    /// allocation. Only chunks up to [`Backlog::SPARE_MAX`] bytes of capacity are kept.
+    spare: Vec<u8>,
 }
 
 impl Backlog {
@@ -164,11 +168,28 @@ impl Backlog {
         self.len == 0
     }
 
+    const SPARE_MAX: usize = 64 << 10;
+
     fn push(&mut self, v: Vec<u8>) {
         if !v.is_empty() {
             self.len += v.len();
             self.chunks.push_back(v);
+        } else {
+            self.recycle(v);
         }
+    }
+
+    /// Keeps an emptied chunk's allocation for [`Backlog::take_spare`].
+    fn recycle(&mut self, mut v: Vec<u8>) {
+        if v.capacity() > self.spare.capacity() && v.capacity() <= Self::SPARE_MAX {
+            v.clear();
+            self.spare = v;
+        }
+    }
+
+    /// An empty buffer for stream data (the kept allocation, if any).
+    pub(crate) fn take_spare(&mut self) -> Vec<u8> {
+        core::mem::take(&mut self.spare)
     }
 
     fn front(&self) -> &[u8] {
@@ -187,7 +208,9 @@ impl Backlog {
                 return;
             }
             n -= left;
-            self.chunks.pop_front();
+            if let Some(c) = self.chunks.pop_front() {
+                self.recycle(c);
+            }
             self.front_off = 0;
         }
     }
@@ -276,6 +299,11 @@ pub(crate) struct ConnState {
     /// The TCP fd stays with the application threads (disarmed in the progress thread's
     /// epoll) until this time although none is inside the library ([`super::LAZY_REARM`]).
     pub(crate) lazy_until: Option<Duration>,
+    /// The engine's clock as the last input round of the application threads now inside
+    /// read it (`pump_input`); taken when the last one leaves, to date `lazy_until` and
+    /// `hold_until` without another clock read. It is never later than the real time, so a
+    /// deadline dated by it ends a hold early at worst, never late.
+    pub(crate) round_now: Option<Duration>,
     /// Registered interest of the TCP fd in the progress thread's epoll (0 = disarmed).
     pub(crate) tcp_armed: u32,
     pub(crate) eng_armed: u32,
@@ -341,6 +369,7 @@ impl ConnState {
             pair_read: 0,
             hold: false,
             hold_until: None,
+            round_now: None,
             defer_wc: false,
             sq_meta: VecDeque::new(),
             stream_bufs: VecDeque::new(),
@@ -578,6 +607,9 @@ impl ConnState {
     /// buffers are full, the backlog is over its limit, or the budget is spent.
     pub(crate) fn pump_input(&mut self, sh: &Shared, mem: &mut SessionMem<'_, '_, '_>) {
         let now = sh.engine.now();
+        if self.inline > 0 {
+            self.round_now = Some(now);
+        }
         let Some(conn) = self.conn.as_mut() else {
             return;
         };

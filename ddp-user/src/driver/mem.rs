@@ -33,16 +33,57 @@ use crate::sys::{self, Errno};
 /// The caller's receive buffers during a stream `recv`: stream data goes there directly
 /// while there is room.
 pub(crate) struct UserSink<'a> {
-    parts: Vec<(*mut u8, usize)>,
+    parts: SinkParts,
     filled: usize,
     cap: usize,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
+/// The sink's buffers: inline for up to [`SinkParts::INLINE`] (a `recv` has one; no
+/// allocation per call), else on the heap.
+enum SinkParts {
+    Inline([(*mut u8, usize); SinkParts::INLINE], usize),
+    Heap(Vec<(*mut u8, usize)>),
+}
+
+impl SinkParts {
+    const INLINE: usize = 4;
+
+    fn with_capacity(n: usize) -> SinkParts {
+        if n <= Self::INLINE {
+            SinkParts::Inline([(core::ptr::null_mut(), 0); Self::INLINE], 0)
+        } else {
+            SinkParts::Heap(Vec::with_capacity(n))
+        }
+    }
+
+    fn push(&mut self, p: (*mut u8, usize)) {
+        match self {
+            SinkParts::Inline(a, n) if *n < Self::INLINE => {
+                a[*n] = p;
+                *n += 1;
+            }
+            SinkParts::Inline(a, n) => {
+                let mut v = a[..*n].to_vec();
+                v.push(p);
+                *self = SinkParts::Heap(v);
+            }
+            SinkParts::Heap(v) => v.push(p),
+        }
+    }
+
+    fn as_slice(&self) -> &[(*mut u8, usize)] {
+        match self {
+            SinkParts::Inline(a, n) => &a[..*n],
+            SinkParts::Heap(v) => v,
+        }
+    }
+}
+
 impl<'a> UserSink<'a> {
     /// Borrows `bufs`, after their first `skip` bytes, for the life of the sink.
     pub(crate) fn new(bufs: &'a mut [IoSliceMut<'_>], mut skip: usize) -> UserSink<'a> {
-        let mut parts: Vec<(*mut u8, usize)> = Vec::with_capacity(bufs.len());
+        let mut parts = SinkParts::with_capacity(bufs.len());
         for b in bufs.iter_mut() {
             let len = b.len();
             if skip >= len {
@@ -53,7 +94,7 @@ impl<'a> UserSink<'a> {
             parts.push((b[skip..].as_mut_ptr(), len - skip));
             skip = 0;
         }
-        let cap = parts.iter().map(|p| p.1).sum();
+        let cap = parts.as_slice().iter().map(|p| p.1).sum();
         UserSink {
             parts,
             filled: 0,
@@ -76,7 +117,7 @@ impl<'a> UserSink<'a> {
     pub(crate) fn put(&mut self, data: &[u8]) -> usize {
         let mut skip = self.filled;
         let mut taken = 0;
-        for &(ptr, len) in &self.parts {
+        for &(ptr, len) in self.parts.as_slice() {
             if skip >= len {
                 skip -= len;
                 continue;

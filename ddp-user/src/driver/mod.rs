@@ -75,7 +75,8 @@ pub(crate) struct Engine {
     next_id: AtomicU64,
     next_pd: AtomicU32,
     thread: Once,
-    origin: Instant,
+    /// `sys::monotonic_ns` at start: `now` counts from here.
+    origin_ns: u64,
 }
 
 /// How long a socket's TCP fd stays with the application after the last application thread
@@ -100,6 +101,21 @@ pub fn lazy_held() -> bool {
     LAZY.load(Ordering::Relaxed) != 0 || HELD.load(Ordering::Relaxed) != 0
 }
 
+/// Whether sockets other than `st`'s may be held lazily or hold data (see [`lazy_held`]):
+/// the counts include `st`'s own, which [`release_lazy`] would leave alone anyway while a
+/// thread is inside on it. Lets a thread about to block on its socket skip `release_lazy`.
+pub(crate) fn lazy_held_elsewhere(st: &ConnState) -> bool {
+    lazy_held_beyond(
+        usize::from(st.lazy_until.is_some()),
+        usize::from(st.hold_until.is_some()),
+    )
+}
+
+/// Whether more sockets are held lazily than `lazy` or hold data than `held`.
+pub(crate) fn lazy_held_beyond(lazy: usize, held: usize) -> bool {
+    LAZY.load(Ordering::Relaxed) > lazy || HELD.load(Ordering::Relaxed) > held
+}
+
 /// Moves stream data held in the engine for a reader (see `ConnState::hold`) into the
 /// sockets' socketpairs now, whoever is inside the library: for calls that look at the
 /// socketpair itself (`ioctl(FIONREAD)` on an app fd). One relaxed load when there is none.
@@ -112,8 +128,7 @@ pub fn flush_held() {
     let Some(e) = (unsafe { cur.as_ref() }) else {
         return;
     };
-    let ids: Vec<u64> = lock(&e.timed).iter().copied().collect();
-    for id in ids {
+    for id in e.timed_ids().iter() {
         let Some(sh) = lock(&e.conns).get(&id).cloned() else {
             continue;
         };
@@ -137,8 +152,7 @@ pub fn release_lazy() {
     let Some(e) = (unsafe { cur.as_ref() }) else {
         return;
     };
-    let ids: Vec<u64> = lock(&e.timed).iter().copied().collect();
-    for id in ids {
+    for id in e.timed_ids().iter() {
         let Some(sh) = lock(&e.conns).get(&id).cloned() else {
             continue;
         };
@@ -206,7 +220,7 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
         next_id: AtomicU64::new(1),
         next_pd: AtomicU32::new(OWN_PD_BASE),
         thread: Once::new(),
-        origin: Instant::now(),
+        origin_ns: sys::monotonic_ns(),
     }));
     match ENGINE.compare_exchange(cur, e, Ordering::AcqRel, Ordering::Acquire) {
         // SAFETY: just leaked above; never freed.
@@ -268,14 +282,46 @@ pub fn flush_at_exit(timeout: Duration) {
     }
 }
 
+/// Socket ids copied out of a lock (see [`Engine::timed_ids`]).
+enum IdSnapshot {
+    Inline([u64; IdSnapshot::INLINE], usize),
+    Heap(Vec<u64>),
+}
+
+impl IdSnapshot {
+    const INLINE: usize = 16;
+
+    fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        match self {
+            IdSnapshot::Inline(a, n) => a[..*n].iter().copied(),
+            IdSnapshot::Heap(v) => v.iter().copied(),
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Engine {
+    /// A snapshot of the sockets with deadlines (`timed`), taken without allocating when
+    /// there are few (this runs on the latency path: `release_lazy` before every wait).
+    fn timed_ids(&self) -> IdSnapshot {
+        let t = lock(&self.timed);
+        if t.len() <= IdSnapshot::INLINE {
+            let mut ids = [0u64; IdSnapshot::INLINE];
+            for (slot, id) in ids.iter_mut().zip(t.iter()) {
+                *slot = *id;
+            }
+            IdSnapshot::Inline(ids, t.len())
+        } else {
+            IdSnapshot::Heap(t.iter().copied().collect())
+        }
+    }
+
     /// Time since the engine's origin (what `ddp_proto` calls `now`).
     pub(crate) fn now(&self) -> Duration {
-        self.origin.elapsed()
+        Duration::from_nanos(sys::monotonic_ns().saturating_sub(self.origin_ns))
     }
 
     /// A closed socket has sent everything (see [`flush_at_exit`]).
@@ -376,9 +422,8 @@ impl Engine {
 
     /// Serves passed deadlines; returns the time until the next one.
     fn service_deadlines(&self) -> Option<Duration> {
-        let ids: Vec<u64> = lock(&self.timed).iter().copied().collect();
         let mut next: Option<Duration> = None;
-        for id in ids {
+        for id in self.timed_ids().iter() {
             let Some(sh) = lock(&self.conns).get(&id).cloned() else {
                 lock(&self.timed).remove(&id);
                 continue;
@@ -593,6 +638,7 @@ impl Shared {
             st.startup_events = ev;
         }
         let mut mem = SessionMem::new(&self.engine.registry, sink);
+        mem.overflow = st.backlog.take_spare();
         if matches!(st.phase, Phase::Open) {
             // Bytes that came with the MPA exchange (the peer's first FPDUs, already out of
             // the socket) are processed now even when an application thread reads the input:
@@ -697,8 +743,11 @@ impl Shared {
     /// [`Shared::end_lazy`], by the progress thread's timer or [`release_lazy`]); else
     /// [`Shared::rearm`].
     pub(crate) fn leave_inline(&self, st: &mut ConnState) {
+        // One clock read per visit at most (none after an input round): see `round_now`.
+        let mut now = st.round_now.take();
+        let mut now = || *now.get_or_insert_with(|| self.engine.now());
         if st.hold {
-            self.note_hold(st);
+            self.note_hold_at(st, now());
         }
         if st.registered
             && !st.finalized
@@ -708,7 +757,7 @@ impl Shared {
             && st.close_deadline.is_none()
         {
             let first = st.lazy_until.is_none();
-            st.lazy_until = Some(self.engine.now() + LAZY_REARM);
+            st.lazy_until = Some(now() + LAZY_REARM);
             if first {
                 LAZY.fetch_add(1, Ordering::Relaxed);
                 self.engine.watch_deadline(self.id);
@@ -734,8 +783,19 @@ impl Shared {
         if st.finalized {
             return;
         }
+        let now = match st.round_now {
+            Some(n) if st.inline > 0 => n,
+            _ => self.engine.now(),
+        };
+        self.note_hold_at(st, now);
+    }
+
+    fn note_hold_at(&self, st: &mut ConnState, now: Duration) {
+        if st.finalized {
+            return;
+        }
         let first = st.hold_until.is_none();
-        st.hold_until = Some(self.engine.now() + LAZY_REARM);
+        st.hold_until = Some(now + LAZY_REARM);
         if first {
             HELD.fetch_add(1, Ordering::Relaxed);
             self.engine.watch_deadline(self.id);

@@ -135,9 +135,13 @@ impl<'a> Inline<'a> {
         if st.tcp_armed != 0 {
             sh.disarm_tcp(st);
         }
+        // Other sockets held lazily would not be served while we block here (this one
+        // stays: we are inside on it).
+        let others = crate::driver::lazy_held_elsewhere(st);
         self.st = None;
-        // Other sockets held lazily would not be served while we block here.
-        crate::driver::release_lazy();
+        if others {
+            crate::driver::release_lazy();
+        }
         let r = sys::poll(&mut fds, timeout);
         self.st = Some(self.sh.lock());
         r.map(|n| n > 0)
@@ -164,6 +168,37 @@ impl Drop for Inline<'_> {
 /// gives the socket back to the progress thread (level-triggered: nothing is lost).
 pub struct PollWait {
     sock: DdpSocket,
+}
+
+/// [`crate::release_lazy`] for a thread about to block with `waits` in its wait set: skipped
+/// when the only sockets held lazily (or holding data) are among those (they stay with this
+/// thread anyway: it is inside on them), which saves the walk over the engine's sockets on
+/// every blocking `poll`/`epoll_wait` of a request-response loop.
+pub fn release_lazy_besides<'a>(waits: impl IntoIterator<Item = &'a PollWait>) {
+    if !crate::driver::lazy_held() {
+        return;
+    }
+    let (mut lazy, mut held) = (0usize, 0usize);
+    let mut seen = [0u64; 8];
+    let mut n_seen = 0;
+    for w in waits {
+        let sh = w.sock.sh();
+        if seen[..n_seen].contains(&sh.id) {
+            continue; // (the same socket twice in one set: count it once)
+        }
+        if n_seen == seen.len() {
+            crate::driver::release_lazy(); // (more than we count: walk them all)
+            return;
+        }
+        seen[n_seen] = sh.id;
+        n_seen += 1;
+        let st = sh.lock();
+        lazy += usize::from(st.lazy_until.is_some());
+        held += usize::from(st.hold_until.is_some());
+    }
+    if crate::driver::lazy_held_beyond(lazy, held) {
+        crate::driver::release_lazy();
+    }
 }
 
 impl PollWait {
@@ -504,9 +539,17 @@ impl DdpSocket {
                     Err(Errno::EPIPE)
                 };
             }
-            let rest = rest_of(bufs, done);
+            let mut inline: [&[u8]; REST_INLINE] = [&[]; REST_INLINE];
+            let heap;
+            let rest: &[&[u8]] = if bufs.len() <= REST_INLINE {
+                let n = rest_into(bufs, done, &mut inline);
+                &inline[..n]
+            } else {
+                heap = rest_of(bufs, done);
+                &heap
+            };
             match st.phase {
-                Phase::Startup(_) => done += st.queue_pre_open(&rest),
+                Phase::Startup(_) => done += st.queue_pre_open(rest),
                 Phase::Failed => {
                     return if done > 0 {
                         Ok(done)
@@ -522,7 +565,7 @@ impl DdpSocket {
                             Err(ended_errno(st))
                         };
                     }
-                    done += st.accept_stream(&rest)?;
+                    done += st.accept_stream(rest)?;
                 }
             }
             // Input: not while the TCP fd is held lazily for a thread about to come back for
@@ -622,9 +665,17 @@ impl DdpSocket {
             // 1. The socketpair holds the oldest data (all writers to it hold the lock); when
             //    it is known to be empty, the `recvmsg` that could only say EAGAIN is skipped.
             if st.pair_maybe_readable() {
-                let mut iov = iovecs_mut(bufs, filled);
+                let mut inline = [sys::iovec(core::ptr::null(), 0); REST_INLINE];
+                let mut heap;
+                let iov: &mut [libc::iovec] = if bufs.len() <= REST_INLINE {
+                    let n = iovecs_into(bufs, filled, &mut inline);
+                    &mut inline[..n]
+                } else {
+                    heap = iovecs_mut(bufs, filled);
+                    &mut heap
+                };
                 let pflags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
-                match sys::recvmsg(sh.app_end, &mut iov, pflags) {
+                match sys::recvmsg(sh.app_end, iov, pflags) {
                     Ok(0) => {
                         if filled == 0 && st.so_error != 0 && matches!(st.phase, Phase::Failed) {
                             return Err(Errno(core::mem::take(&mut st.so_error)));
@@ -1016,7 +1067,10 @@ impl DdpSocket {
             }
             return Ok(n);
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // The clock is read only when this thread is about to block (once per wait on the
+        // latency path, not three times): the timeout counts from there, a round of
+        // progress (microseconds) later than the call.
+        let mut deadline: Option<Instant> = None;
         let mut g = Inline::enter(sh);
         // While the TCP fd is held lazily nothing was read since the last call: poll it
         // first rather than try a read that would (very likely) only say EAGAIN.
@@ -1041,14 +1095,22 @@ impl DdpSocket {
                 sh.drain_stale_signal();
                 return Err(Errno::EPIPE);
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            let left = match (timeout, deadline) {
+                (None, _) => None,
+                (Some(t), None) => {
+                    deadline = Some(Instant::now() + t);
+                    Some(t)
+                }
+                (Some(_), Some(d)) => Some(d.saturating_duration_since(Instant::now())),
+            };
+            if left.is_some_and(|l| l.is_zero()) {
                 sh.drain_stale_signal();
                 return Ok(0);
             }
             if !sh.cq_wait_begin() {
                 continue; // (a completion arrived meanwhile)
             }
-            let r = g.wait(Some((sh.event_fd, libc::POLLIN)), remaining(deadline));
+            let r = g.wait(Some((sh.event_fd, libc::POLLIN)), left);
             sh.cq_wait_end();
             r?;
         }
@@ -1196,6 +1258,25 @@ impl DdpSocket {
 }
 
 /// The parts of `bufs` after the first `skip` bytes.
+/// How many buffers [`DdpSocket::send`] and [`DdpSocket::recv`] take apart without allocating.
+const REST_INLINE: usize = 8;
+
+/// [`rest_of`] into `out` (`bufs.len() <= out.len()`); returns how many parts.
+fn rest_into<'a>(bufs: &'a [IoSlice<'_>], mut skip: usize, out: &mut [&'a [u8]]) -> usize {
+    let mut n = 0;
+    for b in bufs {
+        let b: &[u8] = b;
+        if skip >= b.len() {
+            skip -= b.len();
+            continue;
+        }
+        out[n] = &b[skip..];
+        n += 1;
+        skip = 0;
+    }
+    n
+}
+
 fn rest_of<'a>(bufs: &'a [IoSlice<'_>], mut skip: usize) -> Vec<&'a [u8]> {
     let mut out = Vec::with_capacity(bufs.len());
     for b in bufs {
@@ -1211,6 +1292,22 @@ fn rest_of<'a>(bufs: &'a [IoSlice<'_>], mut skip: usize) -> Vec<&'a [u8]> {
 }
 
 /// iovecs for the parts of `bufs` after the first `skip` bytes.
+/// [`iovecs_mut`] into `out` (`bufs.len() <= out.len()`); returns how many.
+fn iovecs_into(bufs: &mut [IoSliceMut<'_>], mut skip: usize, out: &mut [libc::iovec]) -> usize {
+    let mut n = 0;
+    for b in bufs.iter_mut() {
+        if skip >= b.len() {
+            skip -= b.len();
+            continue;
+        }
+        let s = &mut b[skip..];
+        out[n] = sys::iovec(s.as_mut_ptr(), s.len());
+        n += 1;
+        skip = 0;
+    }
+    n
+}
+
 fn iovecs_mut(bufs: &mut [IoSliceMut<'_>], mut skip: usize) -> Vec<libc::iovec> {
     let mut out = Vec::with_capacity(bufs.len());
     for b in bufs.iter_mut() {
