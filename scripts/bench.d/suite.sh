@@ -23,7 +23,14 @@ need_cmd python3
 need_cmd gcc
 need_cmd make
 need_cmd taskset util-linux
-python3 -c 'import matplotlib' 2>/dev/null || need_pkg python3-matplotlib || echo "note: no matplotlib: no plots" >&2
+# plots need matplotlib: Debian's package serves the system python3 (/usr/bin/python3), which
+# may not be the python3 on PATH (pyenv, venv): use whichever one can import it
+py=python3
+if ! python3 -c 'import matplotlib' 2>/dev/null; then
+  need_pkg python3-matplotlib || true
+  if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then py=/usr/bin/python3
+  else echo "note: no matplotlib for $(command -v python3) or /usr/bin/python3: no plots" >&2; fi
+fi
 say "building libexsock.so and the test-apps"
 if [ -z "${EXSOCK_LIB:-}" ]; then
   (cd "$EXSOCK_ROOT" && cargo build --release -p preload --quiet)
@@ -31,4 +38,4 @@ if [ -z "${EXSOCK_LIB:-}" ]; then
 fi
 apps=$CARGO_TARGET_DIR/test-apps
 make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" "$apps/xs-pingpong" "$apps/xs-bw" "$apps/xs-rate" "$apps/ddp-readbw" "$apps/xs-conns" >&2
-exec python3 "$(dirname "$0")/suite.py" --lib "$EXSOCK_LIB" --apps "$apps" --out "$EXSOCK_ROOT/bench-results" "$@"
+exec "$py" "$(dirname "$0")/suite.py" --lib "$EXSOCK_LIB" --apps "$apps" --out "$EXSOCK_ROOT/bench-results" "$@"
