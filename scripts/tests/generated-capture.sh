@@ -80,7 +80,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 # expect SCENARIO KEY: a value from gen-SCENARIO.expect
 expect() {
-  sed -n "s/^$2 //p" "$EXSOCK_GEN_CAPTURES/gen-$1.expect" | head -1
+  sed -n "/^$2 /{s/^$2 //p;q}" "$EXSOCK_GEN_CAPTURES/gen-$1.expect"
 }
 
 # fpduptrs PCAP PORT: the FPDUPTR of every marker tshark decoded in frames from PORT, in order
@@ -164,7 +164,7 @@ check_one_way_markers() {
   local s=crc-markers-to-initiator pcap out rc=0 n cport sport before=$fails
   pcap=$EXSOCK_GEN_CAPTURES/gen-$s.pcap
   out=$("$wc" "$pcap" 2>&1) || rc=$?
-  echo "$out" | sed 's/^/    /' | head -12
+  printf "%s\n" "$out" | sed -n "1,12s/^/    /p"
   if [ $rc -eq 0 ]; then
     echo "note: $s: tshark now dissects markers per direction; checking everything"
     check_full "$s"; return
@@ -191,7 +191,7 @@ check_split_marked_fpdus() {
   local s=crc-markers-mss61 pcap out rc=0 before=$fails
   pcap=$EXSOCK_GEN_CAPTURES/gen-$s.pcap
   out=$("$wc" "$pcap" 2>&1) || rc=$?
-  echo "$out" | sed 's/^/    /' | head -8
+  printf "%s\n" "$out" | sed -n "1,8s/^/    /p"
   if [ $rc -eq 0 ]; then
     echo "note: $s: tshark now dissects FPDUs spanning segments with markers; checking everything"
     check_full "$s"; return
