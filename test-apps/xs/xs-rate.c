@@ -328,6 +328,28 @@ static int post_send_retry(int fd, uint64_t wr_id, void *p, size_t len, int flag
 	}
 }
 
+/* The sender's completions: a Send done frees ring slots up to it; a credit message raises
+ * the limit and its receive is posted again. -1 on an error completion. */
+static int sender_wcs(const struct cfg *c, int fd, const struct ddp_wc *wc, int n, uint64_t *cred,
+		      uint64_t *completed, uint64_t *limit)
+{
+	for (int i = 0; i < n; i++) {
+		if (wc_ok(&wc[i], 0, "sender") < 0)
+			return -1;
+		if (wc[i].opcode == DDP_WC_OP_SEND) {
+			*completed = (wc[i].wr_id & ~WR_DATA) + 1;
+		} else {
+			int k = (int)(wc[i].wr_id - WR_CREDIT);
+			if (cred[k] + c->queue > *limit)
+				*limit = cred[k] + c->queue;
+			struct iovec v = { &cred[k], 8 };
+			if (ddp_post_recv(fd, wc[i].wr_id, &v, 1) != 0)
+				xs_pfatal("ddp_post_recv (credit)");
+		}
+	}
+	return 0;
+}
+
 static int send_send(const struct cfg *c, int fd, struct result *r)
 {
 	uint32_t ring_n = DDP_QUEUE_DEPTH; /* send buffers: one per send-queue slot */
@@ -379,39 +401,15 @@ static int send_send(const struct cfg *c, int fd, struct result *r)
 				xs_perr("ddp_wait");
 				return -1;
 			}
-			for (int i = 0; i < n; i++) {
-				if (wc_ok(&wc[i], 0, "sender") < 0)
-					return -1;
-				if (wc[i].opcode == DDP_WC_OP_SEND) {
-					completed = (wc[i].wr_id & ~WR_DATA) + 1;
-				} else {
-					int k = (int)(wc[i].wr_id - WR_CREDIT);
-					if (cred[k] + c->queue > limit)
-						limit = cred[k] + c->queue;
-					struct iovec v = { &cred[k], 8 };
-					if (ddp_post_recv(fd, wc[i].wr_id, &v, 1) != 0)
-						xs_pfatal("ddp_post_recv (credit)");
-				}
-			}
+			if (sender_wcs(c, fd, wc, n, cred, &completed, &limit) < 0)
+				return -1;
 			continue;
 		}
 		int n = wait_wc(fd, wc, 64, "sender: credit or send completion");
 		if (n < 0)
 			return -1;
-		for (int i = 0; i < n; i++) {
-			if (wc_ok(&wc[i], 0, "sender") < 0)
-				return -1;
-			if (wc[i].opcode == DDP_WC_OP_SEND) {
-				completed = (wc[i].wr_id & ~WR_DATA) + 1;
-			} else {
-				int k = (int)(wc[i].wr_id - WR_CREDIT);
-				if (cred[k] + c->queue > limit)
-					limit = cred[k] + c->queue;
-				struct iovec v = { &cred[k], 8 };
-				if (ddp_post_recv(fd, wc[i].wr_id, &v, 1) != 0)
-					xs_pfatal("ddp_post_recv (credit)");
-			}
-		}
+		if (sender_wcs(c, fd, wc, n, cred, &completed, &limit) < 0)
+			return -1;
 	}
 	/* wait for the final Send's completion */
 	while (completed != seq + 1) {
