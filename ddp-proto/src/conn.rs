@@ -1006,7 +1006,20 @@ impl Connection {
                     self.on_header(&h, mem);
                     Ok(())
                 }
-                DfEvent::Payload { range, .. } => self.on_payload(&data[range], mem),
+                DfEvent::Payload { range, .. } => {
+                    if self.stream_ahead(data, range.len(), range.end) {
+                        // Stream data whose CRC is already known good (or off): straight to
+                        // the stream, not through `stream_buf` until the FPDU's end.
+                        if let RxSeg::Place { done, .. } = &mut self.rx {
+                            *done += range.len();
+                        }
+                        self.stats.bytes_placed_buffered += range.len() as u64;
+                        mem.deliver_stream(&data[range]);
+                        Ok(())
+                    } else {
+                        self.on_payload(&data[range], mem)
+                    }
+                }
                 DfEvent::End => self.on_end(mem),
             };
             r?;
@@ -1019,6 +1032,25 @@ impl Connection {
             }
         }
         Ok(data.len())
+    }
+
+    /// Whether a payload piece of `n` octets ending at `data[end]` is stream data that may
+    /// be delivered at once: nothing of its FPDU is in `stream_buf` and the deframer can vouch
+    /// for the FPDU's CRC already ([`Deframer::verified_ahead`]: the whole payload is this
+    /// piece and its CRC follows in `data`, or CRC is off).
+    fn stream_ahead(&self, data: &[u8], n: usize, end: usize) -> bool {
+        let RxSeg::Place {
+            target: Target::Stream,
+            done,
+            len,
+            ..
+        } = self.rx
+        else {
+            return false;
+        };
+        self.stream_buf.is_empty()
+            && (!self.deframer.config().crc || (done == 0 && n == len))
+            && self.deframer.verified_ahead(data, end)
     }
 
     fn reject(&mut self, err: ProtoError, ctx: Option<ErrorContext>) {
@@ -1550,6 +1582,54 @@ impl Connection {
     }
 
     // ------------------------------------------------------------------ transmit
+
+    /// Whether a Send or Write work request still to be framed (queued, or partly framed)
+    /// takes source bytes from `[addr, addr + len)`.
+    pub fn sources_in(&self, addr: u64, len: u64) -> bool {
+        self.unframed_sources()
+            .any(|s| s.addr < addr.saturating_add(len) && addr < s.addr + u64::from(s.len))
+    }
+
+    /// Moves the source of every Send or Write still to be framed that lies inside
+    /// `[from, from + len)` to the same offset from `to`: a driver that posted a work request
+    /// straight from a caller's buffer copies the buffer and moves the request onto the copy
+    /// before the buffer goes back to the caller. Bytes already framed are not affected.
+    pub fn relocate_sources(&mut self, from: u64, len: u64, to: u64) {
+        let end = from.saturating_add(len);
+        let fix = |sges: &mut SgeList| {
+            for s in sges.iter_mut() {
+                if s.addr >= from && s.addr + u64::from(s.len) <= end {
+                    s.addr = to + (s.addr - from);
+                }
+            }
+        };
+        if let Some(TxActive::Sq { wr, .. }) = self.active.as_mut()
+            && !matches!(wr.kind, WrKind::Read { .. })
+        {
+            fix(&mut wr.sges);
+        }
+        for wr in self.sq.iter_mut() {
+            if !matches!(wr.kind, WrKind::Read { .. }) {
+                fix(&mut wr.sges);
+            }
+        }
+    }
+
+    /// The source SGEs of the Sends and Writes not wholly framed yet.
+    fn unframed_sources(&self) -> impl Iterator<Item = &Sge> {
+        let active = match &self.active {
+            Some(TxActive::Sq { wr, .. }) if !matches!(wr.kind, WrKind::Read { .. }) => {
+                Some(wr.sges.iter())
+            }
+            _ => None,
+        };
+        active.into_iter().flatten().chain(
+            self.sq
+                .iter()
+                .filter(|wr| !matches!(wr.kind, WrKind::Read { .. }))
+                .flat_map(|wr| wr.sges.iter()),
+        )
+    }
 
     /// The next bytes to write, or `None` if there is nothing to send now.
     pub fn poll_transmit<M: Memory + ?Sized>(&mut self, mem: &M) -> Option<Transmit> {

@@ -143,6 +143,42 @@ fn stream_mode_delivers_in_order() {
     assert_eq!(p.a.completions().len(), 20);
 }
 
+/// Stream data goes to the application before its FPDU's End only when its CRC is already
+/// known good: a flipped payload or CRC bit in an FPDU that arrives whole delivers nothing of
+/// it (the FPDUs before it are delivered, the connection fails with a CRC error).
+#[test]
+fn stream_mode_delivers_nothing_of_a_bad_fpdu() {
+    for chunking in [Chunking::Whole, Chunking::Random(700)] {
+        for (what, at) in [("payload", 1460 + 2 + 18 + 100), ("CRC", 2 * 1460 - 2)] {
+            let mut p = Pair::new(Opts {
+                mode_b: RecvMode::Stream,
+                chunking,
+                mem_size: 16384,
+                ..Opts::default()
+            });
+            // three full FPDUs of 1436 payload octets each (ULPDU 1454 = MULPDU, FPDU 1460)
+            p.a.conn
+                .post_send(1, &[Sge::new(BASE, 3 * 1436)], flags())
+                .unwrap();
+            let first = p.a.mem.bytes(BASE, 1436).to_vec();
+            p.fault_to_b = Some(Fault::Flip { at, bit: 2 });
+            p.drive();
+            assert!(
+                p.b.mem.stream == first,
+                "{what} flip, {chunking:?}: {} stream bytes delivered, want the first FPDU's {}",
+                p.b.mem.stream.len(),
+                first.len()
+            );
+            assert_eq!(p.b.conn.stats().crc_errors, 1, "{what} flip, {chunking:?}");
+            assert!(
+                matches!(p.b.conn.state(), State::Error | State::Closed),
+                "{what} flip, {chunking:?}: {:?}",
+                p.b.conn.state()
+            );
+        }
+    }
+}
+
 fn write(o: Opts, size: usize) {
     let mut p = Pair::new(big(o, size));
     let dst = BASE + 4096;

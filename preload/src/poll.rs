@@ -12,6 +12,8 @@
 //! `epoll_ctl` routes on the fd being added (and notes DDP fds watched for input). A new epoll
 //! fd erases any stale mark on its number.
 
+use core::mem::size_of;
+
 use libc::timeval;
 use libc::{c_int, epoll_event, fd_set, nfds_t, pollfd, sigset_t, size_t, timespec};
 
@@ -96,7 +98,7 @@ hooks_only! {
     ) -> c_int;
 }
 
-table_hooks! {
+hooks_only! {
     /// `select(2)`.
     fn select / routed_select(
         n: c_int, r: *mut fd_set, w: *mut fd_set, e: *mut fd_set, timeout: *mut timeval,
@@ -106,6 +108,9 @@ table_hooks! {
         n: c_int, r: *mut fd_set, w: *mut fd_set, e: *mut fd_set, timeout: *const timespec,
         mask: *const sigset_t,
     ) -> c_int;
+}
+
+table_hooks! {
     /// `epoll_pwait2(2)` (glibc 2.35+; without it in libc, the raw system call).
     fn epoll_pwait2 / routed_epoll_pwait2(
         epfd: c_int, evs: *mut epoll_event, max: c_int, timeout: *const timespec,
@@ -127,7 +132,7 @@ unsafe fn routed_poll(fds: *mut pollfd, n: nfds_t, timeout_ms: c_int) -> Result<
     let timeout = (timeout_ms >= 0).then(|| core::time::Duration::from_millis(timeout_ms as u64));
     // SAFETY: the caller's arguments.
     unsafe {
-        poll_inline(fds, n, timeout, core::ptr::null(), |f, k, t| {
+        poll_inline(fds, n, timeout, false, |f, k, t| {
             let ms = t.map_or(-1, |t| {
                 t.as_nanos().div_ceil(1_000_000).min(c_int::MAX as u128) as c_int
             });
@@ -161,7 +166,7 @@ unsafe fn routed_ppoll(
     };
     // SAFETY: the caller's arguments.
     unsafe {
-        poll_inline(fds, n, t, mask, |f, k, t| {
+        poll_inline(fds, n, t, false, |f, k, t| {
             let ts = t.map(|d| timespec {
                 tv_sec: d.as_secs() as libc::time_t,
                 tv_nsec: d.subsec_nanos() as libc::c_long,
@@ -213,16 +218,19 @@ fn on_main_stack(p: *const u8, len: usize) -> bool {
 /// is processed here. Stream data that found the socketpair empty is held for the next read
 /// and reported as `POLLIN` on its fd directly ([`ddp_user::PollWait::service`]); other input
 /// lands where it always does and the wait goes on with the time left, so what the caller sees
-/// is otherwise the kernel's own readiness of its fds. Without such sockets: `call` on `fds`
-/// as given. `EINTR` and errors are the kernel's, unchanged.
+/// is otherwise the kernel's own readiness of its fds. A socket that still holds stream data
+/// for its reader ([`ddp_user::DdpSocket::poll_held`]) is readable at once: no wait. Without
+/// such sockets: `call` on `fds` as given. `EINTR` and errors are the kernel's, unchanged.
+/// `own_array`: `fds` is the library's own (select's conversion), known to be readable.
 ///
 /// # Safety
-/// `fds` is valid for `n` entries (or `n` is 0); `mask` is null or valid.
+/// `fds` is valid for `n` entries (or `n` is 0); `call` is the real poll with the caller's
+/// signal mask, if any.
 unsafe fn poll_inline(
     fds: *mut pollfd,
     n: nfds_t,
     timeout: Option<core::time::Duration>,
-    _mask: *const sigset_t,
+    own_array: bool,
     call: impl Fn(*mut pollfd, nfds_t, Option<core::time::Duration>) -> c_int,
 ) -> Result<c_int, Errno> {
     let mut waits: [Option<(usize, ddp_user::PollWait)>; MAX_INLINE] = Default::default();
@@ -233,9 +241,12 @@ unsafe fn poll_inline(
         revents: 0,
     }; STACK_FDS];
     let mut looked = false;
+    // Fds whose socket holds stream data for its next read (`poll_held`): readable now.
+    let mut held_now = [0usize; MAX_INLINE];
+    let mut h_n = 0;
     // Only sets that fit the stack copy, in a process with DDP sockets.
     if ddp_user::engine_started() && n > 0 && n as usize + MAX_INLINE <= STACK_FDS {
-        if !on_main_stack(fds.cast(), n as usize * core::mem::size_of::<pollfd>()) {
+        if !own_array && !on_main_stack(fds.cast(), n as usize * core::mem::size_of::<pollfd>()) {
             // First a look without waiting, on the caller's array as given: fds that are
             // ready (a POLLOUT check before a write, data already in a socketpair) return at
             // once, and the kernel validates the array (a bad pointer stays its EFAULT).
@@ -251,23 +262,46 @@ unsafe fn poll_inline(
         stack[..n as usize]
             .copy_from_slice(unsafe { core::slice::from_raw_parts(fds, n as usize) });
         for (i, &p) in stack[..n as usize].iter().enumerate() {
-            if k == MAX_INLINE {
-                break;
-            }
             if p.fd < 0 || p.events & libc::POLLIN == 0 {
                 continue;
             }
             let Some(h) = fdtable::lookup_marked(p.fd) else {
                 continue;
             };
-            if let Ok(Some(r)) = route::ddp_socket(h)
-                && let Some(c) = r.conn()
-                && let Some(w) = c.sock.poll_wait()
-            {
+            let Ok(Some(r)) = route::ddp_socket(h) else {
+                continue;
+            };
+            let Some(c) = r.conn() else {
+                continue;
+            };
+            if c.sock.poll_held() {
+                held_now[h_n] = i;
+                h_n += 1;
+            } else if let Some(w) = c.sock.poll_wait() {
                 waits[k] = Some((i, w));
                 k += 1;
             }
+            if k + h_n == MAX_INLINE {
+                break;
+            }
         }
+    }
+    if h_n > 0 {
+        // Readable now: no wait. The other fds as the kernel sees them, without waiting (the
+        // look above, if it was made, found none ready and wrote their revents).
+        drop(waits);
+        if !looked {
+            cvt(call(fds, n, Some(core::time::Duration::ZERO)))?;
+        }
+        // SAFETY: the kernel has just read and written the caller's `n` entries.
+        let arr = unsafe { core::slice::from_raw_parts_mut(fds, n as usize) };
+        for &i in &held_now[..h_n] {
+            let fd = stack[i].fd;
+            for p in arr.iter_mut().filter(|p| p.fd == fd) {
+                p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+            }
+        }
+        return Ok(arr.iter().filter(|p| p.revents != 0).count() as c_int);
     }
     // Sockets held lazily and not served by this wait go back to the progress thread before
     // it blocks (those in `waits` count as inside the library and stay); first a look without
@@ -360,6 +394,290 @@ unsafe fn poll_inline(
         unsafe { core::slice::from_raw_parts_mut(fds, n) }.copy_from_slice(&ext[..n]);
         return Ok(mine as c_int);
     }
+}
+
+/// `select(2)` with the table in use: see [`select_inline`]; otherwise the kernel's, after
+/// giving sockets held lazily back to the progress thread.
+///
+/// # Safety
+/// As for libc's `select`.
+unsafe fn routed_select(
+    n: c_int,
+    r: *mut fd_set,
+    w: *mut fd_set,
+    e: *mut fd_set,
+    timeout: *mut timeval,
+) -> Result<c_int, Errno> {
+    // (an unreadable or invalid timeout is the kernel's to refuse)
+    if let Some(sets) = SelectSets::read(n, [r, w, e], timeout.cast(), size_of::<timeval>())
+        && let Some(tv) = sets.timeout.map_or(Some(None), |b| {
+            let t: timeval = timeval_of(&b);
+            (t.tv_sec >= 0 && (0..1_000_000).contains(&t.tv_usec)).then(|| {
+                Some(core::time::Duration::new(
+                    t.tv_sec as u64,
+                    t.tv_usec as u32 * 1000,
+                ))
+            })
+        })
+    {
+        let start = tv.map(|_| std::time::Instant::now());
+        // SAFETY: the caller's sets, read above; no signal mask.
+        if let Some(res) = unsafe { select_inline(n, [r, w, e], &sets, tv, core::ptr::null()) } {
+            // Linux writes the time left back into the caller's timeval.
+            if let (Some(t), Some(start)) = (tv, start) {
+                let left = t.saturating_sub(start.elapsed());
+                // SAFETY: read above, so a valid timeval the caller lent us.
+                unsafe {
+                    timeout.write_unaligned(timeval {
+                        tv_sec: left.as_secs() as libc::time_t,
+                        tv_usec: left.subsec_micros() as libc::suseconds_t,
+                    })
+                };
+            }
+            return res;
+        }
+    }
+    ddp_user::release_lazy();
+    // SAFETY: forwarded unchanged.
+    cvt(unsafe { real::select(n, r, w, e, timeout) })
+}
+
+/// `pselect(2)` with the table in use: as [`routed_select`], with the caller's signal mask
+/// (and its timeout left as it is, as Linux does for `pselect`).
+///
+/// # Safety
+/// As for libc's `pselect`.
+unsafe fn routed_pselect(
+    n: c_int,
+    r: *mut fd_set,
+    w: *mut fd_set,
+    e: *mut fd_set,
+    timeout: *const timespec,
+    mask: *const sigset_t,
+) -> Result<c_int, Errno> {
+    if let Some(sets) = SelectSets::read(n, [r, w, e], timeout.cast(), size_of::<timespec>())
+        && let Some(t) = sets.timeout.map_or(Some(None), |b| {
+            let t: timespec = timespec_of(&b);
+            (t.tv_sec >= 0 && (0..1_000_000_000).contains(&t.tv_nsec))
+                .then(|| Some(core::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)))
+        })
+        // SAFETY: the caller's sets, read above; `mask` is the caller's.
+        && let Some(res) = unsafe { select_inline(n, [r, w, e], &sets, t, mask) }
+    {
+        return res;
+    }
+    ddp_user::release_lazy();
+    // SAFETY: forwarded unchanged.
+    cvt(unsafe { real::pselect(n, r, w, e, timeout, mask) })
+}
+
+/// A `timeval` from its bytes.
+fn timeval_of(b: &[u8; 16]) -> timeval {
+    timeval {
+        tv_sec: i64::from_ne_bytes(b[..8].try_into().expect("8 bytes")) as libc::time_t,
+        tv_usec: i64::from_ne_bytes(b[8..].try_into().expect("8 bytes")) as libc::suseconds_t,
+    }
+}
+
+/// A `timespec` from its bytes.
+fn timespec_of(b: &[u8; 16]) -> timespec {
+    timespec {
+        tv_sec: i64::from_ne_bytes(b[..8].try_into().expect("8 bytes")) as libc::time_t,
+        tv_nsec: i64::from_ne_bytes(b[8..].try_into().expect("8 bytes")) as libc::c_long,
+    }
+}
+
+/// Words of an `fd_set` (`FD_SETSIZE` bits).
+const SET_WORDS: usize = libc::FD_SETSIZE / 64;
+
+/// Copies of a `select` call's fd sets (the first `n` bits, in whole words as the kernel reads
+/// them) and timeout, read with `process_vm_readv` so that a bad pointer is found as the
+/// kernel would find it (`EFAULT`, from the kernel's own call then) instead of faulting here.
+struct SelectSets {
+    words: usize,
+    set: [[u64; SET_WORDS]; 3],
+    timeout: Option<[u8; 16]>,
+}
+
+impl SelectSets {
+    /// `None` when the call is not one to serve inline (no engine, no read set, `n` out of
+    /// range, or something unreadable: the kernel's call then says what it says).
+    fn read(n: c_int, sets: [*mut fd_set; 3], timeout: *const u8, tlen: usize) -> Option<Self> {
+        if !ddp_user::engine_started()
+            || sets[0].is_null()
+            || n <= 0
+            || n as usize > libc::FD_SETSIZE
+            || tlen != 16
+        {
+            return None;
+        }
+        let words = (n as usize).div_ceil(64);
+        let mut out = SelectSets {
+            words,
+            set: [[0; SET_WORDS]; 3],
+            timeout: None,
+        };
+        let mut tbuf = [0u8; 16];
+        let mut local = [libc::iovec {
+            iov_base: core::ptr::null_mut(),
+            iov_len: 0,
+        }; 4];
+        let mut remote = local;
+        let mut k = 0;
+        let mut want = 0;
+        for (i, p) in sets.iter().enumerate() {
+            if !p.is_null() {
+                local[k] = libc::iovec {
+                    iov_base: out.set[i].as_mut_ptr().cast(),
+                    iov_len: words * 8,
+                };
+                remote[k] = libc::iovec {
+                    iov_base: p.cast(),
+                    iov_len: words * 8,
+                };
+                want += words * 8;
+                k += 1;
+            }
+        }
+        if !timeout.is_null() {
+            local[k] = libc::iovec {
+                iov_base: tbuf.as_mut_ptr().cast(),
+                iov_len: 16,
+            };
+            remote[k] = libc::iovec {
+                iov_base: timeout as *mut libc::c_void,
+                iov_len: 16,
+            };
+            want += 16;
+            k += 1;
+        }
+        // SAFETY: our own buffers, sized as described; the remote ranges are only read, by
+        // the kernel, which checks them.
+        let got = unsafe {
+            libc::syscall(
+                libc::SYS_process_vm_readv,
+                libc::getpid(),
+                local.as_ptr(),
+                k as libc::c_ulong,
+                remote.as_ptr(),
+                k as libc::c_ulong,
+                0 as libc::c_ulong,
+            )
+        };
+        if got != want as libc::c_long {
+            return None;
+        }
+        if !timeout.is_null() {
+            out.timeout = Some(tbuf);
+        }
+        Some(out)
+    }
+
+    fn has(&self, set: usize, fd: usize) -> bool {
+        self.set[set][fd / 64] & (1 << (fd % 64)) != 0
+    }
+}
+
+/// `select`/`pselect` whose read set holds a connected DDP socket: served as `poll` is
+/// ([`poll_inline`]: the socket's input is taken in this thread, stream data held for the
+/// next read is readable at once), over a `pollfd` array made from the sets, the results
+/// turned back into sets as Linux's select does (read: `POLLIN`/`POLLHUP`/`POLLERR`; write:
+/// `POLLOUT`/`POLLERR`; except: `POLLPRI`; a closed fd in any set is `EBADF`). `None` when the
+/// call is not one to serve so (no DDP socket asked for input, more fds than the stack copy
+/// takes): the caller makes the kernel's call.
+///
+/// # Safety
+/// `sets` are the caller's (readable: `copy` was read from them) and `mask` null or valid.
+unsafe fn select_inline(
+    n: c_int,
+    sets: [*mut fd_set; 3],
+    copy: &SelectSets,
+    timeout: Option<core::time::Duration>,
+    mask: *const sigset_t,
+) -> Option<Result<c_int, Errno>> {
+    let n = n as usize;
+    let ddp = (0..n).any(|fd| {
+        copy.has(0, fd)
+            && fdtable::lookup_marked(fd as c_int)
+                .is_some_and(|h| matches!(route::ddp_socket(h), Ok(Some(_))))
+    });
+    if !ddp {
+        return None;
+    }
+    let mut pfds = [pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; STACK_FDS - MAX_INLINE];
+    let mut k = 0;
+    for fd in 0..n {
+        let ev = if copy.has(0, fd) { libc::POLLIN } else { 0 }
+            | if copy.has(1, fd) { libc::POLLOUT } else { 0 }
+            | if copy.has(2, fd) { libc::POLLPRI } else { 0 };
+        if ev != 0 {
+            if k == pfds.len() {
+                return None;
+            }
+            pfds[k] = pollfd {
+                fd: fd as c_int,
+                events: ev,
+                revents: 0,
+            };
+            k += 1;
+        }
+    }
+    // SAFETY: our own array of `k` entries; `mask` as the caller's.
+    let r = unsafe {
+        poll_inline(pfds.as_mut_ptr(), k as nfds_t, timeout, true, |f, k, t| {
+            let ts = t.map(|d| timespec {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_nsec: d.subsec_nanos() as libc::c_long,
+            });
+            real::ppoll(
+                f,
+                k,
+                ts.as_ref()
+                    .map_or(core::ptr::null(), |t| t as *const timespec),
+                mask,
+            )
+        })
+    };
+    if let Err(e) = r {
+        return Some(Err(e));
+    }
+    let pfds = &pfds[..k];
+    if pfds.iter().any(|p| p.revents & libc::POLLNVAL != 0) {
+        return Some(Err(Errno(libc::EBADF)));
+    }
+    const MASKS: [i16; 3] = [
+        libc::POLLIN | libc::POLLRDNORM | libc::POLLHUP | libc::POLLERR,
+        libc::POLLOUT | libc::POLLWRNORM | libc::POLLERR,
+        libc::POLLPRI,
+    ];
+    let mut out = [[0u64; SET_WORDS]; 3];
+    let mut count = 0;
+    for p in pfds {
+        let fd = p.fd as usize;
+        for (i, m) in MASKS.iter().enumerate() {
+            if copy.has(i, fd) && p.revents & m != 0 {
+                out[i][fd / 64] |= 1 << (fd % 64);
+                count += 1;
+            }
+        }
+    }
+    for (i, p) in sets.iter().enumerate() {
+        if !p.is_null() {
+            // SAFETY: the caller's set, `words` words of which were just read from it.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    out[i].as_ptr().cast::<u8>(),
+                    p.cast::<u8>(),
+                    copy.words * 8,
+                )
+            };
+        }
+    }
+    Some(Ok(count))
 }
 
 /// Which DDP fds each epoll fd was asked to watch for input (`epoll_ctl` on a DDP fd with

@@ -426,6 +426,49 @@ static int timed_join(pthread_t t, int ms, const char *what)
 
 /* ---- cases ------------------------------------------------------------------------------------- */
 
+static int outq_drains(int fd, int *q, int *nsd);
+
+/* How readiness is asked in pieces(): poll or select, on one fd, with a timeout in ms. */
+static int ready_in(int fd, int use_select, int ms)
+{
+	if (use_select) {
+		fd_set rd;
+		FD_ZERO(&rd);
+		FD_SET(fd, &rd);
+		struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+		int r = select(fd + 1, &rd, NULL, NULL, &tv);
+		return r < 0 ? -1 : r == 1 && FD_ISSET(fd, &rd);
+	}
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int r = poll(&p, 1, ms);
+	return r < 0 ? -1 : r == 1 && (p.revents & POLLIN);
+}
+
+/* Reading in pieces smaller than what has arrived: after each partial read the fd must still be
+ * readable at once (timeout 0), as a TCP socket's is, until the last byte; then not. (Under the
+ * library the rest is held in the engine after the first inline receive and reported by the
+ * wait itself.) Content checked. */
+static int pieces(int c, int s, int use_select, uint64_t seed)
+{
+	const size_t total = 48000; /* within a fresh TCP receive window: all of it is acknowledged */
+	TRY(put(s, total, seed, 0, "writer"));
+	int q, nsd;
+	REQ(outq_drains(s, &q, &nsd), "the peer's TCP did not acknowledge everything (SIOCOUTQ %d)", q);
+	const char *how = use_select ? "select" : "poll";
+	int r = ready_in(c, use_select, WAIT_MS);
+	REQ(r == 1, "%s: not readable after the peer wrote (%d)", how, r);
+	size_t got = 0, piece = 997;
+	while (got < total) {
+		size_t n = total - got < piece ? total - got : piece;
+		TRY(get(c, n, seed, got, "piece"));
+		got += n;
+		piece = piece * 3 % 9001 + 100;
+		r = ready_in(c, use_select, 0);
+		REQ(r == (got < total), "%s(timeout 0) after %zu of %zu bytes read = %d", how, got, total, r);
+	}
+	return 0;
+}
+
 static int c_poll(void)
 {
 	int c, s;
@@ -451,6 +494,7 @@ static int c_poll(void)
 	r = ppoll(&q, 1, &ts, NULL);
 	REQ(r == 1 && (q.revents & POLLIN), "ppoll on the accepted socket = %d revents 0x%x", r, q.revents);
 	TRY(get(s, 3000, seed, 1000, "read after ppoll"));
+	TRY(pieces(c, s, 0, seed + 1));
 	close(c);
 	close(s);
 	return 0;
@@ -475,6 +519,27 @@ static int c_select(void)
 	tv = (struct timeval){ 0, 100000 };
 	r = select(c + 1, &rd, NULL, NULL, &tv);
 	REQ(r == 0, "nothing sent, but select(read, 100 ms) = %d", r);
+	REQ(tv.tv_sec == 0 && tv.tv_usec == 0, "select timed out: time left %ld.%06ld, expected 0 (Linux)",
+	    (long)tv.tv_sec, (long)tv.tv_usec);
+	/* a closed fd in a set: EBADF; an unreadable set: EFAULT */
+	int pf[2];
+	REQE(pipe(pf) == 0, "pipe");
+	close(pf[0]);
+	close(pf[1]);
+	int hi = (c > pf[0] ? c : pf[0]) + 1;
+	REQ(hi <= FD_SETSIZE, "fd numbers too large for select");
+	FD_ZERO(&rd);
+	FD_SET(c, &rd);
+	FD_SET(pf[0], &rd);
+	tv = (struct timeval){ 0, 0 };
+	errno = 0;
+	r = select(hi, &rd, NULL, NULL, &tv);
+	REQ(r == -1 && errno == EBADF, "select with a closed fd = %d (errno %d), expected EBADF", r, errno);
+	tv = (struct timeval){ 0, 0 };
+	errno = 0;
+	r = select(c + 1, (fd_set *)8, NULL, NULL, &tv);
+	REQ(r == -1 && errno == EFAULT, "select with a bad set pointer = %d (errno %d), expected EFAULT", r,
+	    errno);
 	uint64_t seed = xs_seed(4, 5, 6);
 	TRY(put(s, 2500, seed, 0, "server write"));
 	FD_ZERO(&rd);
@@ -495,6 +560,7 @@ static int c_select(void)
 	r = pselect(s + 1, &rd, NULL, NULL, &ts, NULL);
 	REQ(r == 1 && FD_ISSET(s, &rd), "pselect on the accepted socket = %d", r);
 	TRY(get(s, 700, seed, 2500, "read after pselect"));
+	TRY(pieces(c, s, 1, seed + 1));
 	close(c);
 	close(s);
 	return 0;
@@ -1757,6 +1823,79 @@ static int c_raw_syscalls(void)
 	return 0;
 }
 
+/* A reader thread: get() of a->total bytes from a->fd (content checked against a->seed). */
+struct reuse_arg {
+	int fd;
+	size_t total;
+	uint64_t seed;
+	int rc;
+};
+
+static void *reuse_reader(void *p)
+{
+	struct reuse_arg *a = p;
+	a->rc = get(a->fd, a->total, a->seed, 0, "reader");
+	return NULL;
+}
+
+/* Large writes whose buffer the writer overwrites as soon as write() returns: nothing of the
+ * old content may reach the peer, nor anything the kernel did not take at once be lost (under
+ * the library a large write is sent straight from the caller's buffer and copied only as far as
+ * the socket did not take it). Nonblocking writes until EAGAIN first (socket and engine full:
+ * writes taken in part), then blocking writes while a reader thread drains and checks 24 MiB. */
+static int c_write_reuse(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	const size_t blk = 1u << 20, total = 24u << 20;
+	uint64_t seed = xs_seed(61, 62, 63);
+	uint8_t *b = malloc(blk);
+	REQ(b != NULL, "malloc");
+	TRY(set_nonblock(c, 1));
+	size_t off = 0, partial = 0;
+	int full = 0;
+	while (!full && off < total) {
+		size_t n = total - off < blk ? total - off : blk;
+		xs_fill(b, n, seed, off);
+		ssize_t r = write(c, b, n);
+		if (r < 0) {
+			REQE(errno == EAGAIN, "nonblocking write");
+			full = 1;
+		} else {
+			partial += (size_t)r < n;
+			off += (size_t)r;
+		}
+		memset(b, 0xee, blk); /* the caller's buffer is its own again */
+	}
+	REQ(full, "%zu bytes written without EAGAIN: the socket never filled", off);
+	struct reuse_arg a = { .fd = s, .total = total, .seed = seed };
+	pthread_t t;
+	REQ(pthread_create(&t, NULL, reuse_reader, &a) == 0, "pthread_create");
+	TRY(set_nonblock(c, 0));
+	while (off < total) {
+		size_t n = total - off < blk ? total - off : blk;
+		xs_fill(b, n, seed, off);
+		ssize_t r = write(c, b, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = errno;
+			free(b);
+			return fail_(__LINE__, 1, e, "blocking write at %zu of %zu", off, total);
+		}
+		off += (size_t)r;
+		memset(b, 0xee, blk);
+	}
+	free(b);
+	TRY(timed_join(t, 4 * WAIT_MS, "reader"));
+	REQ(a.rc == 0, "the reader failed (content or EOF, above)");
+	if (xs_verbose)
+		printf("  write-reuse: %zu nonblocking writes taken in part before EAGAIN\n", partial);
+	close(c);
+	close(s);
+	return 0;
+}
+
 /* readv/writev, sendmsg/recvmsg, MSG_PEEK, MSG_WAITALL */
 static int c_msg_io(void)
 {
@@ -1800,8 +1939,9 @@ struct tcase {
 	const char *what;
 };
 static const struct tcase cases[] = {
-	{ "poll", c_poll, "poll/ppoll: no POLLIN before data, POLLIN after, POLLOUT" },
-	{ "select", c_select, "select/pselect readability and writability" },
+	{ "poll", c_poll, "poll/ppoll: no POLLIN before data, POLLIN after, POLLOUT, partial reads" },
+	{ "write-reuse", c_write_reuse, "large writes, buffer overwritten at once: peer gets every byte as written" },
+	{ "select", c_select, "select/pselect readability and writability, partial reads, time left, EBADF, EFAULT" },
 	{ "epoll-lt", c_epoll_lt, "epoll level-triggered: reported until drained, EPOLLOUT, DEL" },
 	{ "epoll-et", c_epoll_et, "epoll edge-triggered: 4000 small writes, drain to EAGAIN, no lost wakeup" },
 	{ "epoll-oneshot", c_epoll_oneshot, "EPOLLONESHOT: disarmed after one event, re-armed by MOD" },

@@ -173,6 +173,15 @@ impl SgeList {
     }
 }
 
+impl core::ops::DerefMut for SgeList {
+    fn deref_mut(&mut self) -> &mut [Sge] {
+        match self {
+            SgeList::Inline { n, sges } => &mut sges[..usize::from(*n)],
+            SgeList::Heap(v) => v,
+        }
+    }
+}
+
 impl core::ops::Deref for SgeList {
     type Target = [Sge];
 

@@ -255,6 +255,31 @@ impl Deframer {
         left.min(octets_to_next_marker(self.pos) as usize)
     }
 
+    /// Whether the current FPDU's payload is complete (the last [`Event::Payload`] ended at
+    /// `input[at]`) and what follows it in `input` (pad and CRC field, no marker among them)
+    /// carries the CRC the payload needs, or CRC is off: then the payload may be used before
+    /// the [`Event::End`] that [`Deframer::next`] will give for it. Consumes nothing; false
+    /// whenever it cannot tell (the rest not in `input`, a marker in the way) or the CRC
+    /// does not match (the error then comes from `next`, as always).
+    pub fn verified_ahead(&self, input: &[u8], at: usize) -> bool {
+        if self.failed.is_some() || self.phase != Phase::Payload {
+            return false;
+        }
+        if !self.cfg.crc {
+            return true;
+        }
+        if self.ulpdu_off != self.ulpdu_len || self.cfg.markers {
+            return false;
+        }
+        let pad_end = at + self.pad_left;
+        let Some(field) = input.get(pad_end..pad_end + CRC_LEN) else {
+            return false;
+        };
+        let mut c = self.crc;
+        c.update(&input[at..pad_end]);
+        crc::from_wire(field.try_into().expect("CRC_LEN octets")) == c.value()
+    }
+
     /// The ULPDU length of the FPDU whose payload is being received (`None` between
     /// payloads or after an error).
     pub fn current_ulpdu_len(&self) -> Option<usize> {
@@ -616,5 +641,78 @@ mod tests {
         assert_eq!(runs, vec![492, 508, 200]);
         assert_eq!(d.next(&wire, &mut at), Ok(Event::NeedMore));
         assert!(d.is_idle());
+    }
+
+    /// The payload's CRC can be vouched for before its End event only when the pad and CRC
+    /// follow in the same input and match; a flipped bit anywhere says no, and `next` then
+    /// fails with `Crc` as always.
+    #[test]
+    fn verified_ahead_only_for_a_complete_good_fpdu() {
+        let payload = [0x5au8; 23]; // a 1-octet pad after the 18-octet header + 23
+        let mut ulpdu = vec![0x41u8; 18];
+        ulpdu.extend_from_slice(&payload);
+        let wire = Framer::new(TxConfig {
+            crc: true,
+            markers: false,
+        })
+        .frame_to_vec(&[&ulpdu]);
+        // Reads up to the end of the payload; returns (deframer, end of the payload).
+        let at_payload_end = |input: &[u8]| {
+            let mut d = rx(true, false);
+            let mut at = 0;
+            loop {
+                match d.next(input, &mut at).expect("no error before the CRC") {
+                    Event::Payload { range, .. } if range.end == 2 + 18 + 23 => return (d, at),
+                    Event::NeedMore => panic!("payload end not reached"),
+                    _ => {}
+                }
+            }
+        };
+        let (d, at) = at_payload_end(&wire);
+        assert!(d.verified_ahead(&wire, at));
+        // the CRC field not (wholly) in this input: cannot tell
+        assert!(!d.verified_ahead(&wire[..wire.len() - 1], at));
+        for flip in [5usize, 30, wire.len() - 2] {
+            let mut bad = wire.clone();
+            bad[flip] ^= 0x10;
+            let (d, mut at) = at_payload_end(&bad);
+            assert!(!d.verified_ahead(&bad, at), "flip at {flip}");
+            let mut d = d;
+            let end = loop {
+                match d.next(&bad, &mut at) {
+                    Ok(Event::NeedMore) => break Ok(()),
+                    Ok(_) => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            assert_eq!(end, Err(ProtoError::Crc), "flip at {flip}");
+        }
+        // in the middle of a payload (a piece of it): no
+        let mut d = rx(true, false);
+        let mut at = 0;
+        let part = &wire[..2 + 18 + 10];
+        while d.next(part, &mut at) != Ok(Event::NeedMore) {}
+        assert!(!d.verified_ahead(part, at));
+        // CRC off: nothing to verify
+        let mut d = rx(false, false);
+        let mut at = 0;
+        while d.next(part, &mut at) != Ok(Event::NeedMore) {}
+        assert!(d.verified_ahead(part, at));
+        // markers on (one may fall into the pad or CRC): not vouched for
+        let wire_m = Framer::new(TxConfig {
+            crc: true,
+            markers: true,
+        })
+        .frame_to_vec(&[&ulpdu]);
+        let mut d = rx(true, true);
+        let mut at = 0;
+        loop {
+            match d.next(&wire_m, &mut at).unwrap() {
+                Event::Payload { .. } if d.ulpdu_offset() == 18 + 23 => break,
+                Event::NeedMore => panic!("payload end not reached"),
+                _ => {}
+            }
+        }
+        assert!(!d.verified_ahead(&wire_m, at));
     }
 }

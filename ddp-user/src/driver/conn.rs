@@ -38,7 +38,7 @@ use ddp_proto::conn::{
     ConnConfig, Connection, DirectTarget, Event, MIN_MULPDU, RecvMode, Role, RxPlan, SendFlags,
     State, Transmit, TxPiece, WcOpcode, WcStatus,
 };
-use ddp_proto::ddp::Sge;
+use ddp_proto::ddp::{Memory, Sge};
 use ddp_proto::error::ProtoError;
 use ddp_proto::mpa::markers::{MAX_ULPDU_LEN, mulpdu};
 use ddp_proto::mpa::startup::Negotiated;
@@ -85,6 +85,10 @@ const MORE_BATCH_BYTES: u64 = 64 << 10;
 const STREAM_POOL: usize = 16;
 /// Largest stream Send message the engine builds from one `send` call.
 const STREAM_MSG_MAX: usize = 1 << 20;
+/// Stream sends of at least this many bytes, with nothing queued ahead, are posted from the
+/// caller's buffers and copied only if the kernel does not take them at once
+/// ([`ConnState::accept_stream_lent`]); smaller ones are copied (cheaper than the checks).
+const LEND_MIN: usize = 16 << 10;
 /// Payloads of FPDUs whose ULPDU is shorter than this are not placed directly (a `recvmsg`
 /// each) but copied out of large buffered reads, which carry many of them. Below the MULPDU
 /// of a real network (1460-byte MSS), so the segments of large messages are still placed
@@ -96,6 +100,8 @@ const SMALL_READ: usize = 256;
 pub(crate) const BIG_READ: usize = 64 * 1024;
 /// Bytes read per session at most (then the thread comes back, fairness).
 const READ_BUDGET: usize = 8 << 20;
+/// Bytes read per session at most into a backlog held for a reader (`ConnState::hold`).
+const HOLD_READ_BUDGET: usize = 256 << 10;
 /// How long `close` lets queued work drain before the TCP connection is closed anyway.
 pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(2);
 /// Most iovecs per `sendmsg` (on the stack: 4 KiB; IOV_MAX is 1024). A `Transmit` holds
@@ -291,7 +297,11 @@ pub(crate) struct ConnState {
     sq_meta: VecDeque<SqMeta>,
     /// The buffers of posted stream Sends, in posting order (their completions come in
     /// that order).
-    stream_bufs: VecDeque<Vec<u8>>,
+    stream_bufs: VecDeque<(u64, Vec<u8>)>,
+    /// Stream Sends posted straight from the caller's buffers in the `send` running now
+    /// (`(addr, len, key)`; see [`ConnState::accept_stream_lent`]): each is copied, or known
+    /// written, before that `send` returns ([`ConnState::end_lent`]).
+    lent: Vec<(u64, usize, u64)>,
     /// Buffers of completed stream Sends, for reuse (no allocation per `write`).
     stream_pool: Vec<Vec<u8>>,
     next_stream_key: u64,
@@ -380,6 +390,7 @@ impl ConnState {
             defer_wc: false,
             sq_meta: VecDeque::new(),
             stream_bufs: VecDeque::new(),
+            lent: Vec::new(),
             stream_pool: Vec::new(),
             next_stream_key: 0,
             stream_queued: 0,
@@ -520,17 +531,22 @@ impl ConnState {
 
     /// Posts stream data (an engine-owned copy) as one Send.
     pub(crate) fn post_stream(&mut self, data: Vec<u8>) -> Result<(), Errno> {
+        self.post_stream_at(data.as_ptr() as u64, data.len(), data)
+    }
+
+    /// Posts a stream Send of `len` bytes at `addr`: `data` itself, or (empty) a stand-in
+    /// for bytes lent by the caller ([`ConnState::accept_stream_lent`]).
+    fn post_stream_at(&mut self, addr: u64, len: usize, data: Vec<u8>) -> Result<(), Errno> {
         let conn = self.conn.as_mut().ok_or(Errno::ENOTCONN)?;
         let key = self.next_stream_key;
         self.next_stream_key += 1;
-        let len = data.len();
-        let sge = [Sge::new(data.as_ptr() as u64, len as u32)];
+        let sge = [Sge::new(addr, len as u32)];
         let flags = SendFlags {
             signaled: true,
             solicited: false,
         };
         conn.post_send(key, &sge, flags).map_err(|_| Errno::EPIPE)?;
-        self.stream_bufs.push_back(data);
+        self.stream_bufs.push_back((key, data));
         self.sq_meta.push_back(SqMeta::Stream { key, len });
         self.stream_queued += len;
         self.bytes_tx += len as u64;
@@ -564,6 +580,79 @@ impl ConnState {
             self.stream_pool.push(cur);
         }
         Ok(accepted)
+    }
+
+    /// Whether a `send` of `total` bytes may post them straight from the caller's buffers
+    /// ([`ConnState::accept_stream_lent`]): large enough to be worth it, and nothing queued
+    /// ahead, so that the round of work right after frames and writes them at once.
+    pub(crate) fn may_lend(&self, total: usize) -> bool {
+        total >= LEND_MIN
+            && self.is_open()
+            && self.tail.is_none()
+            && self.stream_queued == 0
+            && self.sq_meta.is_empty()
+            && self.pre_open_tx.is_empty()
+            && self.deferred_wrs == 0
+    }
+
+    /// As [`ConnState::accept_stream`], but the Sends name the caller's buffers themselves
+    /// (no copy): the caller must call [`ConnState::end_lent`] before its buffers go back to
+    /// the application (before `send` returns or releases the lock).
+    pub(crate) fn accept_stream_lent(&mut self, bufs: &[&[u8]]) -> Result<usize, Errno> {
+        let mut accepted = 0;
+        for b in bufs {
+            let mut b = *b;
+            while !b.is_empty() {
+                let room = TX_STREAM_LIMIT.saturating_sub(self.stream_queued);
+                if room == 0 {
+                    return Ok(accepted);
+                }
+                let take = b.len().min(room).min(STREAM_MSG_MAX);
+                let key = self.next_stream_key;
+                self.post_stream_at(b.as_ptr() as u64, take, Vec::new())?;
+                self.lent.push((b.as_ptr() as u64, take, key));
+                b = &b[take..];
+                accepted += take;
+            }
+        }
+        Ok(accepted)
+    }
+
+    /// Ends the loan of [`ConnState::accept_stream_lent`]: Sends not yet wholly framed move
+    /// onto copies of their bytes, and an unsent tail that holds lent bytes copies them.
+    pub(crate) fn end_lent(&mut self, mem: &SessionMem<'_, '_, '_>) {
+        if self.lent.is_empty() {
+            return;
+        }
+        let lent = core::mem::take(&mut self.lent);
+        if let Some(conn) = self.conn.as_mut() {
+            for &(addr, len, key) in &lent {
+                if !conn.sources_in(addr, len as u64) {
+                    continue;
+                }
+                let Some(bytes) = mem.local(addr, len) else {
+                    continue;
+                };
+                let copy = bytes.to_vec();
+                conn.relocate_sources(addr, len as u64, copy.as_ptr() as u64);
+                if let Some(slot) = self.stream_bufs.iter_mut().find(|(k, _)| *k == key) {
+                    slot.1 = copy;
+                }
+            }
+        }
+        if let Some(tail) = self.tail.as_mut() {
+            let lent_piece = |p: &TxPiece| match *p {
+                TxPiece::Local { addr, len } => lent
+                    .iter()
+                    .any(|&(a, l, _)| addr < a + l as u64 && a < addr + len as u64),
+                _ => false,
+            };
+            if tail.t.pieces[tail.piece..].iter().any(lent_piece) {
+                Self::own_tail(tail, mem, true);
+            }
+        }
+        self.lent = lent;
+        self.lent.clear();
     }
 
     /// An empty buffer for stream data (from the pool when there is one).
@@ -627,7 +716,14 @@ impl ConnState {
         }
         self.rx_limit = sh.engine.rx_backlog_limit();
         let mut rx_buf = sh.engine.rx_buf_take();
-        let mut budget = READ_BUDGET;
+        // Held for a reader (no caller's buffer here): what a reader takes next, not more, so
+        // that it is still in the cache when the reader copies it out; the rest waits in
+        // the kernel, and the reader's own receive takes it straight into its buffer.
+        let mut budget = if self.hold && !mem.has_sink() {
+            HOLD_READ_BUDGET
+        } else {
+            READ_BUDGET
+        };
         while !self.rx_eof && budget > 0 {
             if self.backlog.len() + mem.overflow.len() >= self.rx_limit || mem.sink_full() {
                 break;
@@ -902,10 +998,14 @@ impl ConnState {
                         match meta {
                             Some(SqMeta::Stream { key, len }) => {
                                 debug_assert_eq!(key, c.wr_id);
-                                let mut b = self.stream_bufs.pop_front().expect("posted");
-                                debug_assert_eq!(b.len(), len);
+                                let (k, mut b) = self.stream_bufs.pop_front().expect("posted");
+                                debug_assert_eq!(k, key);
+                                // (empty: lent bytes, written before the loan ended)
+                                debug_assert!(b.is_empty() || b.len() == len);
                                 // Keep a few small buffers (a `write` of a few bytes each).
-                                if self.stream_pool.len() < STREAM_POOL && b.capacity() <= 64 << 10
+                                if self.stream_pool.len() < STREAM_POOL
+                                    && b.capacity() > 0
+                                    && b.capacity() <= 64 << 10
                                 {
                                     b.clear();
                                     self.stream_pool.push(b);

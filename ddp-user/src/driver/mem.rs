@@ -167,6 +167,11 @@ impl<'r, 's, 'u> SessionMem<'r, 's, 'u> {
         }
     }
 
+    /// Whether the session has the caller's buffers (a stream `recv`).
+    pub(crate) fn has_sink(&self) -> bool {
+        self.sink.is_some()
+    }
+
     /// Whether the caller's buffers (if any) are full.
     pub(crate) fn sink_full(&self) -> bool {
         self.sink.as_ref().is_some_and(|s| s.is_full())

@@ -685,6 +685,12 @@ impl Shared {
         self.progress(&mut st, None, read_input);
     }
 
+    /// Ends a loan of the caller's buffers to stream Sends (`ConnState::end_lent`).
+    pub(crate) fn end_lent(&self, st: &mut ConnState) {
+        let mem = SessionMem::new(&self.engine.registry, None);
+        st.end_lent(&mem);
+    }
+
     /// Brings the epoll interest in line with the state (one-shot, level-triggered).
     pub(crate) fn rearm(&self, st: &mut ConnState) {
         if !st.registered || st.finalized {

@@ -237,7 +237,9 @@ impl PollWait {
     fn service_as(&self, may_hold: bool) -> bool {
         let sh = self.sock.sh();
         let mut st = sh.lock();
-        if may_hold && st.is_open() && st.backlog.is_empty() && !st.pair_maybe_readable() {
+        // (a backlog already waiting is the front of the stream while the socketpair is
+        // empty: it is held too, and read before what arrives now)
+        if may_hold && st.is_open() && !st.rd_shut && !st.pair_maybe_readable() {
             st.hold = true;
         }
         sh.progress(&mut st, None, true);
@@ -471,6 +473,24 @@ impl DdpSocket {
         flags & libc::MSG_DONTWAIT != 0 || sys::is_nonblocking(self.sh().app_end).unwrap_or(false)
     }
 
+    /// For `poll`/`ppoll` asking for `POLLIN` on the app fd: whether stream data is held in
+    /// the engine for this socket's next `recv` (an inline wait or receive took more than the
+    /// reader has read so far). The hold goes on, its timer restarted: the caller reports
+    /// `POLLIN` for the fd itself (as [`PollWait::service`] says), and the bytes go from the
+    /// engine straight into the reader's buffer instead of through the socketpair.
+    pub fn poll_held(&self) -> bool {
+        let sh = self.sh();
+        if sh.in_child() {
+            return false;
+        }
+        let mut st = sh.lock();
+        let held = st.hold && !st.backlog.is_empty() && !st.rd_shut && !st.finalized;
+        if held {
+            sh.note_hold(&mut st);
+        }
+        held
+    }
+
     /// For `poll`/`ppoll` on the app fd: takes the socket's TCP input into the calling
     /// thread for the duration of the wait ([`PollWait`]). `None` when there is nothing to
     /// gain (a forked child, a connection not open or ended, input paused by back-pressure).
@@ -565,7 +585,17 @@ impl DdpSocket {
                             Err(ended_errno(st))
                         };
                     }
-                    done += st.accept_stream(rest)?;
+                    if st.may_lend(total - done) {
+                        // Posted from the caller's buffers: written at once below, copied
+                        // only as far as the kernel does not take them (`end_lent`).
+                        let r = st.accept_stream_lent(rest);
+                        if r.is_err() {
+                            sh.end_lent(st);
+                        }
+                        done += r?;
+                    } else {
+                        done += st.accept_stream(rest)?;
+                    }
                 }
             }
             // Input: not while the TCP fd is held lazily for a thread about to come back for
@@ -573,6 +603,7 @@ impl DdpSocket {
             // EAGAIN); the hold ends within LAZY_REARM and the progress thread takes over.
             let read_input = waited || st.lazy_until.is_none();
             sh.progress(st, None, read_input);
+            sh.end_lent(st);
             if done == total {
                 return Ok(done);
             }
@@ -685,6 +716,12 @@ impl DdpSocket {
                     Ok(n) => {
                         if !peek {
                             st.pair_read += n as u64;
+                            if !st.pair_maybe_readable() && !st.backlog.is_empty() && st.is_open() {
+                                // The socketpair is empty again and the backlog is the front
+                                // of the stream: held for this reader from now on (the
+                                // progress thread stops moving it into the socketpair).
+                                st.hold = true;
+                            }
                         }
                         filled += n;
                         if !waitall || filled == cap {
@@ -722,7 +759,15 @@ impl DdpSocket {
                 }
                 continue;
             } else {
-                // 3. Then the TCP socket, inline, straight into the caller's buffers.
+                // 3. Then the TCP socket, inline, straight into the caller's buffers. The
+                //    socketpair and the backlog are empty (known, or just seen: all writers to
+                //    the socketpair hold the lock), so what does not fit may be held for this
+                //    reader's next call rather than go through the socketpair: a stream reader
+                //    takes it from the backlog, a `poll` reports it (`poll_held`), anything
+                //    else that waits or asks ends the hold as it does after an inline poll.
+                if st.is_open() && !st.rd_shut {
+                    st.hold = true;
+                }
                 let mut sink = UserSink::new(bufs, filled);
                 sh.progress(st, Some(&mut sink), true);
                 filled += sink.filled();
