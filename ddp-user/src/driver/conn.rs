@@ -28,6 +28,7 @@
 //! `backlog`, which is flushed into `eng_end` as far as the socketpair takes it. EOF (or the
 //! end of the connection) becomes `shutdown(eng_end, SHUT_WR)` after the last byte.
 
+use core::ops::Range;
 use core::time::Duration;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -100,6 +101,11 @@ const SMALL_READ: usize = 256;
 pub(crate) const BIG_READ: usize = 64 * 1024;
 /// Bytes read per session at most (then the thread comes back, fairness).
 const READ_BUDGET: usize = 8 << 20;
+/// Backlog ranges written into the socketpair per `sendmsg` at most.
+const BACKLOG_IOV: usize = 16;
+/// A receive buffer goes into the backlog as it is (no copy) when it carries at least this
+/// many bytes of stream data for it; fewer are copied (a full buffer is not held for them).
+const KEEP_READ_MIN: usize = 16 << 10;
 /// Bytes read per session at most into a backlog held for a reader (`ConnState::hold`).
 const HOLD_READ_BUDGET: usize = 256 << 10;
 /// How long `close` lets queued work drain before the TCP connection is closed anyway.
@@ -163,13 +169,24 @@ fn write_tail(
 /// Received stream data not yet in the socketpair.
 #[derive(Default)]
 pub(crate) struct Backlog {
-    chunks: VecDeque<Vec<u8>>,
-    front_off: usize,
+    chunks: VecDeque<Chunk>,
     len: usize,
     /// One emptied chunk kept for the next session's overflow (`SessionMem::overflow`):
     /// a small message that is held for its reader (or goes to the socketpair) costs no
     /// allocation. Only chunks up to [`Backlog::SPARE_MAX`] bytes of capacity are kept.
     spare: Vec<u8>,
+    /// Receive buffers whose data has all been taken ([`Backlog::push_read`]), for the
+    /// engine's pool ([`Backlog::take_freed`]).
+    freed: Vec<Vec<u8>>,
+}
+
+/// Bytes of the backlog: `ranges` of `buf`, in order. A chunk is either a copy (one range,
+/// all of `buf`) or a receive buffer itself with the stream payloads it carried (no copy).
+struct Chunk {
+    buf: Vec<u8>,
+    ranges: VecDeque<Range<usize>>,
+    /// `buf` is a receive buffer (goes back to the engine's pool when emptied).
+    read_buf: bool,
 }
 
 impl Backlog {
@@ -186,10 +203,38 @@ impl Backlog {
     fn push(&mut self, v: Vec<u8>) {
         if !v.is_empty() {
             self.len += v.len();
-            self.chunks.push_back(v);
+            let all = 0..v.len();
+            self.chunks.push_back(Chunk {
+                buf: v,
+                ranges: VecDeque::from([all]),
+                read_buf: false,
+            });
         } else {
             self.recycle(v);
         }
+    }
+
+    /// Appends the stream payloads `ranges` of the receive buffer `buf` (taking the buffer:
+    /// the bytes are not copied).
+    pub(crate) fn push_read(&mut self, buf: Vec<u8>, mut ranges: Vec<Range<usize>>) {
+        ranges.retain(|r| !r.is_empty());
+        let ranges = VecDeque::from(ranges);
+        let n: usize = ranges.iter().map(|r| r.len()).sum();
+        if n == 0 {
+            self.freed.push(buf);
+            return;
+        }
+        self.len += n;
+        self.chunks.push_back(Chunk {
+            buf,
+            ranges,
+            read_buf: true,
+        });
+    }
+
+    /// Receive buffers emptied since the last call (for `Engine::rx_buf_put`).
+    pub(crate) fn take_freed(&mut self) -> Option<Vec<u8>> {
+        self.freed.pop()
     }
 
     /// Keeps an emptied chunk's allocation for [`Backlog::take_spare`].
@@ -206,26 +251,52 @@ impl Backlog {
     }
 
     fn front(&self) -> &[u8] {
-        self.chunks
-            .front()
-            .map_or(&[][..], |c| &c[self.front_off..])
+        self.chunks.front().map_or(&[][..], |c| {
+            let r = c.ranges.front().expect("chunks in the backlog hold bytes");
+            &c.buf[r.clone()]
+        })
     }
 
     fn consume(&mut self, mut n: usize) {
         self.len -= n;
         while n > 0 {
-            let c = self.chunks.front().expect("consume within len");
-            let left = c.len() - self.front_off;
-            if n < left {
-                self.front_off += n;
+            let c = self.chunks.front_mut().expect("consume within len");
+            let r = c
+                .ranges
+                .front_mut()
+                .expect("chunks in the backlog hold bytes");
+            if n < r.len() {
+                r.start += n;
                 return;
             }
-            n -= left;
-            if let Some(c) = self.chunks.pop_front() {
-                self.recycle(c);
+            n -= r.len();
+            c.ranges.pop_front();
+            if c.ranges.is_empty()
+                && let Some(c) = self.chunks.pop_front()
+            {
+                if c.read_buf {
+                    self.freed.push(c.buf);
+                } else {
+                    self.recycle(c.buf);
+                }
             }
-            self.front_off = 0;
         }
+    }
+
+    /// The first bytes of the backlog as up to `out.len()` iovecs (one per range, in order);
+    /// returns how many were filled.
+    fn front_iov(&self, out: &mut [libc::iovec]) -> usize {
+        let mut k = 0;
+        for c in &self.chunks {
+            for r in &c.ranges {
+                if k == out.len() {
+                    return k;
+                }
+                out[k] = sys::iovec(c.buf[r.clone()].as_ptr(), r.len());
+                k += 1;
+            }
+        }
+        k
     }
 
     /// Copies up to `out`'s capacity into the caller's buffers (via `put`) and consumes it.
@@ -240,6 +311,36 @@ impl Backlog {
             self.consume(n);
         }
         total
+    }
+}
+
+/// Runs `conn.handle_input` over `rx_buf[..n]`. Stream payloads it delivers past the
+/// caller's buffers stay where they are (`SessionMem::begin_input`): the buffer then goes
+/// into the backlog with their ranges (after the copies made before them) and a fresh one
+/// takes its place. No copy of stream data on a held or socketpair-bound receive.
+#[allow(clippy::too_many_arguments)]
+fn input_from(
+    conn: &mut Connection,
+    backlog: &mut Backlog,
+    rx_buf: &mut Vec<u8>,
+    n: usize,
+    mem: &mut SessionMem<'_, '_, '_>,
+    now: Duration,
+    sh: &Shared,
+) {
+    mem.begin_input(&rx_buf[..n]);
+    let _ = conn.handle_input(&rx_buf[..n], mem, now);
+    let refs = mem.end_input();
+    let held: usize = refs.iter().map(|r| r.len()).sum();
+    if held >= KEEP_READ_MIN {
+        backlog.push(core::mem::take(&mut mem.overflow));
+        let buf = core::mem::replace(rx_buf, sh.engine.rx_buf_take());
+        backlog.push_read(buf, refs);
+    } else {
+        // A few bytes would pin a whole receive buffer: copy them (small messages).
+        for r in refs {
+            mem.overflow.extend_from_slice(&rx_buf[r]);
+        }
     }
 }
 
@@ -715,6 +816,9 @@ impl ConnState {
             let _ = conn.handle_input(&data, mem, now);
         }
         self.rx_limit = sh.engine.rx_backlog_limit();
+        while let Some(b) = self.backlog.take_freed() {
+            sh.engine.rx_buf_put(b);
+        }
         let mut rx_buf = sh.engine.rx_buf_take();
         // Held for a reader (no caller's buffer here): what a reader takes next, not more, so
         // that it is still in the cache when the reader copies it out; the rest waits in
@@ -765,7 +869,15 @@ impl ConnState {
                                 conn.placed_direct(placed, mem);
                             }
                             if tail > 0 {
-                                let _ = conn.handle_input(&rx_buf[..tail], mem, now);
+                                input_from(
+                                    conn,
+                                    &mut self.backlog,
+                                    &mut rx_buf,
+                                    tail,
+                                    mem,
+                                    now,
+                                    sh,
+                                );
                             }
                             Ok(placed + tail)
                         }
@@ -777,7 +889,7 @@ impl ConnState {
                             if let Ok(n) = r
                                 && n > 0
                             {
-                                let _ = conn.handle_input(&rx_buf[..n], mem, now);
+                                input_from(conn, &mut self.backlog, &mut rx_buf, n, mem, now, sh);
                             }
                             r
                         }
@@ -790,7 +902,7 @@ impl ConnState {
                     if let Ok(n) = r
                         && n > 0
                     {
-                        let _ = conn.handle_input(&rx_buf[..n], mem, now);
+                        input_from(conn, &mut self.backlog, &mut rx_buf, n, mem, now, sh);
                     }
                     r
                 }
@@ -1083,7 +1195,9 @@ impl ConnState {
                 self.backlog.consume(n);
                 break;
             }
-            match sys::send(sh.eng_end, self.backlog.front(), libc::MSG_DONTWAIT) {
+            let mut iov = [sys::iovec(core::ptr::null(), 0); BACKLOG_IOV];
+            let k = self.backlog.front_iov(&mut iov);
+            match sys::sendmsg(sh.eng_end, &iov[..k], libc::MSG_DONTWAIT) {
                 Ok(n) => {
                     self.backlog.consume(n);
                     self.pair_sent += n as u64;
@@ -1203,5 +1317,70 @@ impl ConnState {
             Phase::Failed => true,
             Phase::Open => self.conn_done && self.tail.is_none() && self.tcp_shut_wr,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Everything left in the backlog, drained through `drain_into` in pieces of `step`.
+    fn drain(b: &mut Backlog, step: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            let mut piece = Vec::new();
+            let n = b.drain_into(|d| {
+                let take = d.len().min(step - piece.len());
+                piece.extend_from_slice(&d[..take]);
+                take
+            });
+            if n == 0 {
+                return out;
+            }
+            out.extend_from_slice(&piece);
+        }
+    }
+
+    /// Copies and receive buffers kept by reference come out in the order they went in,
+    /// whatever the pieces a reader takes; emptied receive buffers come back for the pool.
+    #[test]
+    fn backlog_keeps_order_across_copies_and_read_buffers() {
+        let mut b = Backlog::default();
+        let read1: Vec<u8> = (0..200u8).collect();
+        let read2: Vec<u8> = (0..200u8).rev().collect();
+        b.push(b"abc".to_vec());
+        b.push_read(read1.clone(), vec![10..50, 60..60, 70..100]);
+        b.push(b"defg".to_vec());
+        b.push_read(read2.clone(), vec![0..5, 150..200]);
+        let mut want = b"abc".to_vec();
+        want.extend_from_slice(&read1[10..50]);
+        want.extend_from_slice(&read1[70..100]);
+        want.extend_from_slice(b"defg");
+        want.extend_from_slice(&read2[0..5]);
+        want.extend_from_slice(&read2[150..200]);
+        assert_eq!(b.len(), want.len());
+        // the socketpair's view: the first ranges as iovecs, in order
+        let mut iov = [sys::iovec(core::ptr::null(), 0); 3];
+        assert_eq!(b.front_iov(&mut iov), 3);
+        assert_eq!(iov[1].iov_len, 40);
+        assert_eq!(iov[2].iov_len, 30);
+        for step in [1, 7, 64, 1000] {
+            let mut c = Backlog::default();
+            c.push(b"abc".to_vec());
+            c.push_read(read1.clone(), vec![10..50, 60..60, 70..100]);
+            c.push(b"defg".to_vec());
+            c.push_read(read2.clone(), vec![0..5, 150..200]);
+            assert_eq!(drain(&mut c, step), want, "pieces of {step}");
+            assert!(c.is_empty());
+            let mut freed = 0;
+            while c.take_freed().is_some() {
+                freed += 1;
+            }
+            assert_eq!(freed, 2, "both receive buffers back (pieces of {step})");
+        }
+        // a receive buffer with no stream bytes in it is not kept
+        let mut c = Backlog::default();
+        c.push_read(read1, vec![Range { start: 5, end: 5 }]);
+        assert!(c.is_empty() && c.take_freed().is_some());
     }
 }

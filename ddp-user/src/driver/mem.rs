@@ -146,6 +146,11 @@ pub(crate) struct SessionMem<'r, 's, 'u> {
     sink: Option<&'s mut UserSink<'u>>,
     /// Stream data that did not fit into the sink, for the socketpair.
     pub(crate) overflow: Vec<u8>,
+    /// The receive buffer being processed (`begin_input`): address and length, 0 if none.
+    input: (usize, usize),
+    /// Stream payloads past the sink that lie in the input buffer, left there (after every
+    /// byte of `overflow`): the driver hands the buffer to the backlog ([`Self::end_input`]).
+    refs: Vec<core::ops::Range<usize>>,
     /// Stream bytes delivered in this session (sink + overflow).
     pub(crate) stream_bytes: u64,
 }
@@ -163,8 +168,24 @@ impl<'r, 's, 'u> SessionMem<'r, 's, 'u> {
             pins: RefCell::new(Vec::new()),
             sink,
             overflow: Vec::new(),
+            input: (0, 0),
+            refs: Vec::new(),
             stream_bytes: 0,
         }
+    }
+
+    /// The protocol is about to process `input` (a receive buffer the driver can give
+    /// away): stream payloads in it past the sink are left in place, not copied.
+    pub(crate) fn begin_input(&mut self, input: &[u8]) {
+        self.input = (input.as_ptr() as usize, input.len());
+    }
+
+    /// After the input of [`Self::begin_input`] was processed: the ranges of it that hold
+    /// stream data for the backlog, in order, after all of `overflow` (empty: the buffer
+    /// may be reused).
+    pub(crate) fn end_input(&mut self) -> Vec<core::ops::Range<usize>> {
+        self.input = (0, 0);
+        core::mem::take(&mut self.refs)
     }
 
     /// Whether the session has the caller's buffers (a stream `recv`).
@@ -314,9 +335,80 @@ impl Memory for SessionMem<'_, '_, '_> {
     fn deliver_stream(&mut self, data: &[u8]) {
         self.stream_bytes += data.len() as u64;
         let taken = match self.sink.as_deref_mut() {
-            Some(s) if self.overflow.is_empty() => s.put(data),
+            Some(s) if self.overflow.is_empty() && self.refs.is_empty() => s.put(data),
             _ => 0,
         };
-        self.overflow.extend_from_slice(&data[taken..]);
+        let rest = &data[taken..];
+        if rest.is_empty() {
+            return;
+        }
+        let (base, len) = self.input;
+        let at = rest.as_ptr() as usize;
+        if len > 0 && at >= base && at + rest.len() <= base + len {
+            self.refs.push(at - base..at - base + rest.len());
+            return;
+        }
+        // Bytes from elsewhere (the connection's stream buffer) after bytes left in the
+        // input: the order is kept by copying those first.
+        for r in self.refs.drain(..) {
+            // SAFETY: `input` is the receive buffer `handle_input` is processing right now
+            // (set by `begin_input`, alive and unchanged until `end_input`); `r` lies in it.
+            let b = unsafe { core::slice::from_raw_parts((base + r.start) as *const u8, r.len()) };
+            self.overflow.extend_from_slice(b);
+        }
+        self.overflow.extend_from_slice(rest);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ddp_proto::ddp::Memory;
+
+    /// Stream bytes past the sink that lie in the input stay there (as ranges); bytes from
+    /// elsewhere after them turn those ranges into copies first, so the order holds.
+    #[test]
+    fn stream_past_the_sink_stays_in_the_input_in_order() {
+        let reg = Registry::new();
+        let input: Vec<u8> = (0..100u8).collect();
+        let mut mem = SessionMem::new(&reg, None);
+        mem.begin_input(&input);
+        mem.deliver_stream(&input[10..20]);
+        mem.deliver_stream(&input[30..40]);
+        assert!(mem.overflow.is_empty());
+        let refs = mem.end_input();
+        assert_eq!(refs, vec![10..20, 30..40]);
+        assert_eq!(mem.stream_bytes, 20);
+
+        let mut mem = SessionMem::new(&reg, None);
+        mem.begin_input(&input);
+        mem.deliver_stream(&input[10..20]);
+        mem.deliver_stream(b"elsewhere");
+        mem.deliver_stream(&input[50..55]);
+        let refs = mem.end_input();
+        let mut want = input[10..20].to_vec();
+        want.extend_from_slice(b"elsewhere");
+        assert_eq!(
+            mem.overflow, want,
+            "the range before the outside bytes was copied"
+        );
+        assert_eq!(
+            refs,
+            vec![core::ops::Range { start: 50, end: 55 }],
+            "later input bytes stay ranges, after the copies"
+        );
+
+        // with a sink: it is filled first, the rest stays in the input
+        let mut out = [0u8; 4];
+        let mut bufs = [std::io::IoSliceMut::new(&mut out)];
+        let mut sink = UserSink::new(&mut bufs, 0);
+        let mut mem = SessionMem::new(&reg, Some(&mut sink));
+        mem.begin_input(&input);
+        mem.deliver_stream(&input[0..10]);
+        let refs = mem.end_input();
+        assert_eq!(refs, vec![core::ops::Range { start: 4, end: 10 }]);
+        drop(mem);
+        assert_eq!(sink.filled(), 4);
+        assert_eq!(out, [0, 1, 2, 3]);
     }
 }
