@@ -523,6 +523,8 @@ fn dereg_while_writes_arrive() {
         // SAFETY: deregistered below, while Writes are still arriving; after dereg returns
         // the engine never touches `region` again (what this test checks).
         let stag = unsafe { b.reg_mr(region.as_mut_ptr(), RLEN, REMOTE_WRITE) }.unwrap();
+        // (a failed assertion below must not leave the region registered while it is freed)
+        let reg = Registered::new(&b, stag);
         let base = region.as_ptr() as u64;
         let (started_tx, started_rx) = std::sync::mpsc::channel();
         let writer = std::thread::spawn(move || {
@@ -555,8 +557,18 @@ fn dereg_while_writes_arrive() {
         for _ in 0..4 {
             started_rx.recv_timeout(Duration::from_secs(10)).unwrap();
         }
-        assert!(b.info().unwrap().placed_direct > 0);
-        b.dereg_mr(stag).unwrap();
+        // Gone out is not yet placed (the socket buffers hold megabytes; under valgrind the
+        // receiver's progress thread may not have run yet): wait until placement is under way.
+        let until = std::time::Instant::now() + Duration::from_secs(10 * time_scale());
+        while b.info().unwrap().placed_direct == 0 && std::time::Instant::now() < until {
+            // polling interval of a bounded wait: placement raises no event to wait on
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            b.info().unwrap().placed_direct > 0,
+            "no Write placed within the bound"
+        );
+        reg.dereg();
         // Ours again: any later placement would show.
         region.fill(0xee);
         let a = writer.join().unwrap();

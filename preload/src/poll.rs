@@ -6,9 +6,10 @@
 //! use they go through a routed function, which is where the DDP mode can make progress before
 //! blocking. Readiness itself needs no emulation in the fd model of DESIGN.md (the application's
 //! fd is a real socket whose readiness the kernel reports), so the routed functions forward,
-//! except that `poll`/`ppoll` and `epoll_wait`/`epoll_pwait` serve the input of the DDP sockets
-//! they wait for in the calling thread (docs/engine.md "Readiness waits and the latency path"),
-//! and `poll` may report `POLLIN` itself for stream data the engine holds for the next read.
+//! except that `poll`/`ppoll`, `select`/`pselect` and the `epoll_wait` family serve the input of
+//! the DDP sockets they wait for in the calling thread (docs/engine.md "Readiness waits and the
+//! latency path"), and `poll`/`select` may report a socket readable themselves for stream data
+//! the engine holds for its next read.
 //! `epoll_ctl` routes on the fd being added (and notes DDP fds watched for input). A new epoll
 //! fd erases any stale mark on its number.
 
@@ -23,32 +24,6 @@ use crate::{real, route};
 
 unsafe extern "C" {
     fn __chk_fail() -> !;
-}
-
-/// Declares hooks that route when the fd table is in use at all (not on one fd); the routed
-/// functions forward to libc.
-macro_rules! table_hooks {
-    ($(
-        $(#[$doc:meta])*
-        fn $name:ident / $routed:ident ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty;
-    )*) => {$(
-        hooks_only! {
-            $(#[$doc])*
-            fn $name / $routed ($($arg: $ty),*) -> $ret;
-        }
-
-        /// The routed form: forwards to libc (readiness is the kernel's, see the module doc).
-        ///
-        /// # Safety
-        /// As for the libc function of the same name.
-        unsafe fn $routed($($arg: $ty),*) -> Result<$ret, Errno> {
-            // DDP sockets whose TCP fd the application holds lazily go back to the progress
-            // thread before this thread blocks (ddp_user::release_lazy).
-            ddp_user::release_lazy();
-            // SAFETY: forwarded unchanged.
-            cvt(unsafe { real::$name($($arg),*) })
-        }
-    )*};
 }
 
 /// Declares hooks that route when the fd table is in use at all; the routed functions are
@@ -110,7 +85,7 @@ hooks_only! {
     ) -> c_int;
 }
 
-table_hooks! {
+hooks_only! {
     /// `epoll_pwait2(2)` (glibc 2.35+; without it in libc, the raw system call).
     fn epoll_pwait2 / routed_epoll_pwait2(
         epfd: c_int, evs: *mut epoll_event, max: c_int, timeout: *const timespec,
@@ -903,6 +878,74 @@ unsafe fn routed_epoll_pwait(
     }
 }
 
+/// `epoll_pwait2(2)` with the table in use: as `epoll_pwait`, with a `timespec` timeout
+/// (read with `process_vm_readv`, so that a bad pointer or value stays the kernel's error:
+/// such a call goes to the kernel as it is).
+///
+/// # Safety
+/// As for `epoll_pwait2`.
+unsafe fn routed_epoll_pwait2(
+    epfd: c_int,
+    evs: *mut epoll_event,
+    max: c_int,
+    timeout: *const timespec,
+    mask: *const sigset_t,
+) -> Result<c_int, Errno> {
+    let t = if timeout.is_null() {
+        Some(None)
+    } else {
+        read_timespec(timeout).and_then(|t| {
+            (t.tv_sec >= 0 && (0..1_000_000_000).contains(&t.tv_nsec))
+                .then(|| Some(core::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)))
+        })
+    };
+    let Some(t) = t else {
+        ddp_user::release_lazy();
+        // SAFETY: forwarded unchanged.
+        return cvt(unsafe { real::epoll_pwait2(epfd, evs, max, timeout, mask) });
+    };
+    let zero = timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: the caller's arguments.
+    unsafe {
+        epoll_inline(
+            epfd,
+            t,
+            mask,
+            || real::epoll_pwait2(epfd, evs, max, &zero, mask),
+            |_| real::epoll_pwait2(epfd, evs, max, timeout, mask),
+        )
+    }
+}
+
+/// A caller's `timespec`, read with `process_vm_readv` (`None`: unreadable).
+fn read_timespec(p: *const timespec) -> Option<timespec> {
+    let mut b = [0u8; 16];
+    let local = libc::iovec {
+        iov_base: b.as_mut_ptr().cast(),
+        iov_len: 16,
+    };
+    let remote = libc::iovec {
+        iov_base: p as *mut libc::c_void,
+        iov_len: 16,
+    };
+    // SAFETY: our own 16-byte buffer; the remote range is only read, by the kernel.
+    let got = unsafe {
+        libc::syscall(
+            libc::SYS_process_vm_readv,
+            libc::getpid(),
+            &local as *const libc::iovec,
+            1 as libc::c_ulong,
+            &remote as *const libc::iovec,
+            1 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    (got == 16).then(|| timespec_of(&b))
+}
+
 /// glibc's fortified `poll`.
 ///
 /// # Safety
@@ -1038,7 +1081,7 @@ pub unsafe extern "C" fn epoll_ctl(
 /// # Safety
 /// As for libc's `epoll_ctl`.
 unsafe fn routed_epoll_ctl(
-    _h: Handle,
+    h: Handle,
     epfd: c_int,
     op: c_int,
     fd: c_int,
@@ -1052,5 +1095,11 @@ unsafe fn routed_epoll_ctl(
         // SAFETY: see above.
         && unsafe { ev.read_unaligned() }.events & libc::EPOLLIN as u32 != 0;
     epoll_hint(epfd, fd, watch);
+    if watch
+        && let Ok(Some(r)) = route::ddp_socket(h)
+        && let Some(c) = r.conn()
+    {
+        c.sock.epoll_watched();
+    }
     Ok(r)
 }

@@ -601,6 +601,27 @@ static int c_epoll_lt(void)
 	REQE(epoll_ctl(ep, EPOLL_CTL_MOD, c, &ev) == 0, "epoll_ctl(MOD, EPOLLOUT)");
 	n = epoll_wait(ep, out, 4, WAIT_MS);
 	REQ(n == 1 && (out[0].events & EPOLLOUT), "EPOLLOUT: epoll_wait = %d", n);
+	/* epoll_pwait2: the timespec form; nothing, then data; bad timeouts as the kernel says */
+	ev.events = EPOLLIN;
+	REQE(epoll_ctl(ep, EPOLL_CTL_MOD, c, &ev) == 0, "epoll_ctl(MOD, EPOLLIN)");
+	struct timespec t100 = { 0, 100 * 1000 * 1000 };
+	n = epoll_pwait2(ep, out, 4, &t100, NULL);
+	REQ(n == 0, "nothing sent, but epoll_pwait2(100 ms) = %d", n);
+	TRY(put(s, 300, seed, 200, "server write (epoll_pwait2)"));
+	struct timespec tw = { WAIT_MS / 1000, 0 };
+	n = epoll_pwait2(ep, out, 4, &tw, NULL);
+	REQ(n == 1 && (out[0].events & EPOLLIN) && out[0].data.u64 == 0xc0ffee,
+	    "after the peer wrote: epoll_pwait2 = %d events 0x%x", n, n > 0 ? out[0].events : 0);
+	TRY(get(c, 300, seed, 200, "read after epoll_pwait2"));
+	struct timespec tbad = { 0, 2000000000L };
+	errno = 0;
+	n = epoll_pwait2(ep, out, 4, &tbad, NULL);
+	REQ(n == -1 && errno == EINVAL, "epoll_pwait2(tv_nsec 2e9) = %d (errno %d), expected EINVAL", n,
+	    errno);
+	errno = 0;
+	n = epoll_pwait2(ep, out, 4, (const struct timespec *)8, NULL);
+	REQ(n == -1 && errno == EFAULT, "epoll_pwait2(bad pointer) = %d (errno %d), expected EFAULT", n,
+	    errno);
 	REQE(epoll_ctl(ep, EPOLL_CTL_DEL, c, NULL) == 0, "epoll_ctl(DEL)");
 	TRY(both_ways(c, s, "after DEL"));
 	close(ep);
@@ -1942,7 +1963,7 @@ static const struct tcase cases[] = {
 	{ "poll", c_poll, "poll/ppoll: no POLLIN before data, POLLIN after, POLLOUT, partial reads" },
 	{ "write-reuse", c_write_reuse, "large writes, buffer overwritten at once: peer gets every byte as written" },
 	{ "select", c_select, "select/pselect readability and writability, partial reads, time left, EBADF, EFAULT" },
-	{ "epoll-lt", c_epoll_lt, "epoll level-triggered: reported until drained, EPOLLOUT, DEL" },
+	{ "epoll-lt", c_epoll_lt, "epoll level-triggered: reported until drained, EPOLLOUT, epoll_pwait2, DEL" },
 	{ "epoll-et", c_epoll_et, "epoll edge-triggered: 4000 small writes, drain to EAGAIN, no lost wakeup" },
 	{ "epoll-oneshot", c_epoll_oneshot, "EPOLLONESHOT: disarmed after one event, re-armed by MOD" },
 	{ "epoll-rdhup", c_epoll_rdhup, "EPOLLRDHUP on the peer's shutdown(SHUT_WR), data then EOF" },

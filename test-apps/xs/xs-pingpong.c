@@ -454,6 +454,9 @@ int main(int argc, char **argv)
 		for (uint32_t i = 0; i < plan.nsizes; i++)
 			if (plan.sizes[i] > c.max_size)
 				c.max_size = plan.sizes[i];
+		/* ext: the receives posted now also take the server's 4-byte ready message */
+		if (c.max_size < sizeof(uint32_t))
+			c.max_size = sizeof(uint32_t);
 		c.fd = xs_connect(addr, port, &o, xs_timeout_ms);
 		if (o.ddp)
 			xs_print_conn_info(c.fd, "client");

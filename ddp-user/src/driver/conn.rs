@@ -435,6 +435,11 @@ pub(crate) struct ConnState {
     /// theirs to watch, so the progress thread keeps `EPOLLOUT` interest for it
     /// ([`super::Shared::rearm`]).
     pub(crate) pollers: u32,
+    /// The application asks this socket's readiness with `poll`/`select` (which report data
+    /// held for the reader themselves: `DdpSocket::poll_held`), not with `epoll` (whose
+    /// readiness is the kernel's, of the socketpair): only then may a `recv` hold what it
+    /// does not take for the next one. Set by the poll paths, cleared by the epoll paths.
+    pub(crate) poll_reader: bool,
     /// TCP input ended (EOF or error).
     pub(crate) rx_eof: bool,
     /// `eng_end` reported EOF (the application shut down its side with a raw syscall).
@@ -486,6 +491,7 @@ impl ConnState {
             pair_sent: 0,
             pair_read: 0,
             hold: false,
+            poll_reader: false,
             hold_until: None,
             round_now: None,
             defer_wc: false,

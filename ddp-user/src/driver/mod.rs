@@ -53,8 +53,9 @@ pub(crate) fn move_high(fd: RawFd) -> Result<RawFd, Errno> {
     new
 }
 
-/// Receive buffers kept for reuse (about one per thread receiving at the same time).
-const RX_BUF_POOL: usize = 8;
+/// Receive buffers kept for reuse (a thread receiving needs one; the backlogs keep buffers
+/// of stream data by reference and give them back when read: 64 × 64 KiB at most idle).
+const RX_BUF_POOL: usize = 64;
 
 /// The per-process engine: registry, epoll set, progress thread (started lazily).
 pub(crate) struct Engine {

@@ -237,6 +237,7 @@ impl PollWait {
     fn service_as(&self, may_hold: bool) -> bool {
         let sh = self.sock.sh();
         let mut st = sh.lock();
+        st.poll_reader = may_hold;
         // (a backlog already waiting is the front of the stream while the socketpair is
         // empty: it is held too, and read before what arrives now)
         if may_hold && st.is_open() && !st.rd_shut && !st.pair_maybe_readable() {
@@ -484,11 +485,22 @@ impl DdpSocket {
             return false;
         }
         let mut st = sh.lock();
+        st.poll_reader = true;
         let held = st.hold && !st.backlog.is_empty() && !st.rd_shut && !st.finalized;
         if held {
             sh.note_hold(&mut st);
         }
         held
+    }
+
+    /// `epoll_ctl` added (or modified) this socket's fd in an epoll set: its readiness is
+    /// asked of the kernel from now on, so received data is not held for a reader (see
+    /// `ConnState::poll_reader`) until a `poll`/`select` asks for it again.
+    pub fn epoll_watched(&self) {
+        let sh = self.sh();
+        if !sh.in_child() {
+            sh.lock().poll_reader = false;
+        }
     }
 
     /// For `poll`/`ppoll` on the app fd: takes the socket's TCP input into the calling
@@ -716,7 +728,11 @@ impl DdpSocket {
                     Ok(n) => {
                         if !peek {
                             st.pair_read += n as u64;
-                            if !st.pair_maybe_readable() && !st.backlog.is_empty() && st.is_open() {
+                            if st.poll_reader
+                                && !st.pair_maybe_readable()
+                                && !st.backlog.is_empty()
+                                && st.is_open()
+                            {
                                 // The socketpair is empty again and the backlog is the front
                                 // of the stream: held for this reader from now on (the
                                 // progress thread stops moving it into the socketpair).
@@ -765,7 +781,7 @@ impl DdpSocket {
                 //    reader's next call rather than go through the socketpair: a stream reader
                 //    takes it from the backlog, a `poll` reports it (`poll_held`), anything
                 //    else that waits or asks ends the hold as it does after an inline poll.
-                if st.is_open() && !st.rd_shut {
+                if st.poll_reader && st.is_open() && !st.rd_shut {
                     st.hold = true;
                 }
                 let mut sink = UserSink::new(bufs, filled);
