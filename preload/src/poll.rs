@@ -493,53 +493,24 @@ impl SelectSets {
             timeout: None,
         };
         let mut tbuf = [0u8; 16];
-        let mut local = [libc::iovec {
-            iov_base: core::ptr::null_mut(),
-            iov_len: 0,
-        }; 4];
-        let mut remote = local;
+        let mut pieces: [(*mut u8, *const u8, usize); 4] =
+            [(core::ptr::null_mut(), core::ptr::null(), 0); 4];
         let mut k = 0;
-        let mut want = 0;
         for (i, p) in sets.iter().enumerate() {
             if !p.is_null() {
-                local[k] = libc::iovec {
-                    iov_base: out.set[i].as_mut_ptr().cast(),
-                    iov_len: words * 8,
-                };
-                remote[k] = libc::iovec {
-                    iov_base: p.cast(),
-                    iov_len: words * 8,
-                };
-                want += words * 8;
+                pieces[k] = (
+                    out.set[i].as_mut_ptr().cast(),
+                    p.cast_const().cast(),
+                    words * 8,
+                );
                 k += 1;
             }
         }
         if !timeout.is_null() {
-            local[k] = libc::iovec {
-                iov_base: tbuf.as_mut_ptr().cast(),
-                iov_len: 16,
-            };
-            remote[k] = libc::iovec {
-                iov_base: timeout as *mut libc::c_void,
-                iov_len: 16,
-            };
-            want += 16;
+            pieces[k] = (tbuf.as_mut_ptr(), timeout, 16);
             k += 1;
         }
-        // SAFETY: our own buffers, sized as described; the remote ranges are only read, by
-        // the kernel, which checks them.
-        let got = unsafe {
-            libc::syscall(
-                libc::SYS_process_vm_readv,
-                libc::getpid(),
-                local.as_ptr(),
-                k as libc::c_ulong,
-                remote.as_ptr(),
-                k as libc::c_ulong,
-                0 as libc::c_ulong,
-            )
-        };
-        if got != want as libc::c_long {
+        if !read_own(&pieces[..k]) {
             return None;
         }
         if !timeout.is_null() {
@@ -923,27 +894,45 @@ unsafe fn routed_epoll_pwait2(
 /// A caller's `timespec`, read with `process_vm_readv` (`None`: unreadable).
 fn read_timespec(p: *const timespec) -> Option<timespec> {
     let mut b = [0u8; 16];
-    let local = libc::iovec {
-        iov_base: b.as_mut_ptr().cast(),
-        iov_len: 16,
-    };
-    let remote = libc::iovec {
-        iov_base: p as *mut libc::c_void,
-        iov_len: 16,
-    };
-    // SAFETY: our own 16-byte buffer; the remote range is only read, by the kernel.
+    read_own(&[(b.as_mut_ptr(), p.cast(), 16)]).then(|| timespec_of(&b))
+}
+
+/// Copies `(to, from, len)` pieces of this process's memory with one `process_vm_readv`:
+/// false if any `from` range is unreadable (where a plain read would fault, the kernel says
+/// `EFAULT`). The `to` ranges are the caller's own buffers of `len` bytes.
+fn read_own(pieces: &[(*mut u8, *const u8, usize)]) -> bool {
+    let mut local = [libc::iovec {
+        iov_base: core::ptr::null_mut(),
+        iov_len: 0,
+    }; 4];
+    let mut remote = local;
+    let k = pieces.len().min(local.len());
+    let mut want = 0;
+    for (i, &(to, from, len)) in pieces[..k].iter().enumerate() {
+        local[i] = libc::iovec {
+            iov_base: to.cast(),
+            iov_len: len,
+        };
+        remote[i] = libc::iovec {
+            iov_base: from as *mut libc::c_void,
+            iov_len: len,
+        };
+        want += len;
+    }
+    // SAFETY: the local iovecs are the caller's own buffers of those lengths; the remote
+    // ranges are only read, by the kernel, which checks them.
     let got = unsafe {
         libc::syscall(
             libc::SYS_process_vm_readv,
             libc::getpid(),
-            &local as *const libc::iovec,
-            1 as libc::c_ulong,
-            &remote as *const libc::iovec,
-            1 as libc::c_ulong,
+            local.as_ptr(),
+            k as libc::c_ulong,
+            remote.as_ptr(),
+            k as libc::c_ulong,
             0 as libc::c_ulong,
         )
     };
-    (got == 16).then(|| timespec_of(&b))
+    k == pieces.len() && got == want as libc::c_long
 }
 
 /// glibc's fortified `poll`.
