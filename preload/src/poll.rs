@@ -140,21 +140,28 @@ unsafe fn routed_ppoll(
         ))
     };
     // SAFETY: the caller's arguments.
-    unsafe {
-        poll_inline(fds, n, t, false, |f, k, t| {
-            let ts = t.map(|d| timespec {
-                tv_sec: d.as_secs() as libc::time_t,
-                tv_nsec: d.subsec_nanos() as libc::c_long,
-            });
-            real::ppoll(
-                f,
-                k,
-                ts.as_ref()
-                    .map_or(core::ptr::null(), |t| t as *const timespec),
-                mask,
-            )
-        })
-    }
+    unsafe { poll_inline(fds, n, t, false, |f, k, t| real_ppoll(f, k, t, mask)) }
+}
+
+/// The real `ppoll` with a `Duration` timeout (`None`: none) and a signal mask.
+///
+/// # Safety
+/// `fds` is valid for `n` entries (or `n` is 0); `mask` is null or valid.
+unsafe fn real_ppoll(
+    fds: *mut pollfd,
+    n: nfds_t,
+    timeout: Option<core::time::Duration>,
+    mask: *const sigset_t,
+) -> c_int {
+    let ts = timeout.map(|d| timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tp = ts
+        .as_ref()
+        .map_or(core::ptr::null(), |t| t as *const timespec);
+    // SAFETY: as the caller promises; `tp` is null or our own timespec.
+    unsafe { real::ppoll(fds, n, tp, mask) }
 }
 
 unsafe extern "C" {
@@ -575,17 +582,7 @@ unsafe fn select_inline(
     // SAFETY: our own array of `k` entries; `mask` as the caller's.
     let r = unsafe {
         poll_inline(pfds.as_mut_ptr(), k as nfds_t, timeout, true, |f, k, t| {
-            let ts = t.map(|d| timespec {
-                tv_sec: d.as_secs() as libc::time_t,
-                tv_nsec: d.subsec_nanos() as libc::c_long,
-            });
-            real::ppoll(
-                f,
-                k,
-                ts.as_ref()
-                    .map_or(core::ptr::null(), |t| t as *const timespec),
-                mask,
-            )
+            real_ppoll(f, k, t, mask)
         })
     };
     if let Err(e) = r {
@@ -769,20 +766,8 @@ unsafe fn epoll_inline(
         } else {
             deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()))
         };
-        let ts = left.map(|d| timespec {
-            tv_sec: d.as_secs() as libc::time_t,
-            tv_nsec: d.subsec_nanos() as libc::c_long,
-        });
-        // SAFETY: our own array of `k + 1` entries; `ts` and `mask` are null or valid.
-        let r = cvt(unsafe {
-            real::ppoll(
-                set.as_mut_ptr(),
-                (k + 1) as nfds_t,
-                ts.as_ref()
-                    .map_or(core::ptr::null(), |t| t as *const timespec),
-                mask,
-            )
-        })?;
+        // SAFETY: our own array of `k + 1` entries; `mask` is null or valid.
+        let r = cvt(unsafe { real_ppoll(set.as_mut_ptr(), (k + 1) as nfds_t, left, mask) })?;
         let mut again = set[0].revents != 0;
         for (j, w) in waits.iter().flatten().enumerate() {
             if set[1 + j].revents != 0 {
