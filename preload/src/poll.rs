@@ -131,13 +131,7 @@ unsafe fn routed_ppoll(
     } else {
         // SAFETY: the caller's timespec.
         let ts = unsafe { timeout.read() };
-        if ts.tv_sec < 0 || !(0..1_000_000_000).contains(&ts.tv_nsec) {
-            return Err(Errno(libc::EINVAL));
-        }
-        Some(core::time::Duration::new(
-            ts.tv_sec as u64,
-            ts.tv_nsec as u32,
-        ))
+        Some(timeout_of(ts.tv_sec, ts.tv_nsec, 1_000_000_000).ok_or(Errno(libc::EINVAL))?)
     };
     // SAFETY: the caller's arguments.
     unsafe { poll_inline(fds, n, t, false, |f, k, t| real_ppoll(f, k, t, mask)) }
@@ -393,13 +387,8 @@ unsafe fn routed_select(
     // (an unreadable or invalid timeout is the kernel's to refuse)
     if let Some(sets) = SelectSets::read(n, [r, w, e], timeout.cast(), size_of::<timeval>())
         && let Some(tv) = sets.timeout.map_or(Some(None), |b| {
-            let t: timeval = timeval_of(&b);
-            (t.tv_sec >= 0 && (0..1_000_000).contains(&t.tv_usec)).then(|| {
-                Some(core::time::Duration::new(
-                    t.tv_sec as u64,
-                    t.tv_usec as u32 * 1000,
-                ))
-            })
+            let t = timeval_of(&b);
+            timeout_of(t.tv_sec, t.tv_usec, 1_000_000).map(Some)
         })
     {
         let start = tv.map(|_| std::time::Instant::now());
@@ -439,9 +428,8 @@ unsafe fn routed_pselect(
 ) -> Result<c_int, Errno> {
     if let Some(sets) = SelectSets::read(n, [r, w, e], timeout.cast(), size_of::<timespec>())
         && let Some(t) = sets.timeout.map_or(Some(None), |b| {
-            let t: timespec = timespec_of(&b);
-            (t.tv_sec >= 0 && (0..1_000_000_000).contains(&t.tv_nsec))
-                .then(|| Some(core::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)))
+            let t = timespec_of(&b);
+            timeout_of(t.tv_sec, t.tv_nsec, 1_000_000_000).map(Some)
         })
         // SAFETY: the caller's sets, read above; `mask` is the caller's.
         && let Some(res) = unsafe { select_inline(n, [r, w, e], &sets, t, mask) }
@@ -451,6 +439,18 @@ unsafe fn routed_pselect(
     ddp_user::release_lazy();
     // SAFETY: forwarded unchanged.
     cvt(unsafe { real::pselect(n, r, w, e, timeout, mask) })
+}
+
+/// A valid timeout of `sec` seconds and `frac` of `per_sec` parts of a second (a `timespec`:
+/// 10^9, a `timeval`: 10^6) as a `Duration`; `None` if the kernel would refuse it (`EINVAL`).
+fn timeout_of(
+    sec: impl Into<i64>,
+    frac: impl Into<i64>,
+    per_sec: i64,
+) -> Option<core::time::Duration> {
+    let (sec, frac) = (sec.into(), frac.into());
+    (sec >= 0 && (0..per_sec).contains(&frac))
+        .then(|| core::time::Duration::new(sec as u64, (frac * (1_000_000_000 / per_sec)) as u32))
 }
 
 /// A `timeval` from its bytes.
@@ -850,10 +850,9 @@ unsafe fn routed_epoll_pwait2(
     let t = if timeout.is_null() {
         Some(None)
     } else {
-        read_timespec(timeout).and_then(|t| {
-            (t.tv_sec >= 0 && (0..1_000_000_000).contains(&t.tv_nsec))
-                .then(|| Some(core::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)))
-        })
+        read_timespec(timeout)
+            .and_then(|t| timeout_of(t.tv_sec, t.tv_nsec, 1_000_000_000))
+            .map(Some)
     };
     let Some(t) = t else {
         ddp_user::release_lazy();

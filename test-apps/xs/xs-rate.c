@@ -159,7 +159,8 @@ static struct xs_ddpopt ddpopt(const struct cfg *c)
 	return o;
 }
 
-static int do_listen(const struct cfg *c, int *port)
+/* A TCP socket with the mode's DDP options applied (exits on failure). */
+static int new_socket(const struct cfg *c)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -167,6 +168,12 @@ static int do_listen(const struct cfg *c, int *port)
 	struct xs_ddpopt o = ddpopt(c);
 	if (xs_ddp_apply(fd, &o) != 0)
 		exit(XS_EXIT_FAIL);
+	return fd;
+}
+
+static int do_listen(const struct cfg *c, int *port)
+{
+	int fd = new_socket(c);
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4) != 0)
 		xs_pfatal("bind/listen");
@@ -179,12 +186,7 @@ static int do_listen(const struct cfg *c, int *port)
 
 static int do_connect(const struct cfg *c, int port)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		xs_pfatal("socket");
-	struct xs_ddpopt o = ddpopt(c);
-	if (xs_ddp_apply(fd, &o) != 0)
-		exit(XS_EXIT_FAIL);
+	int fd = new_socket(c);
 	set_timeouts(fd);
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };

@@ -124,18 +124,25 @@ pub fn flush_held() {
     if HELD.load(Ordering::Relaxed) == 0 {
         return;
     }
+    for_timed(|sh| {
+        let mut st = sh.lock();
+        if st.hold_until.is_some() {
+            sh.end_hold(&mut st);
+        }
+    });
+}
+
+/// Calls `f` for each socket of this process's engine that has a deadline (the only ones
+/// that can be held lazily or hold data), if there is an engine.
+fn for_timed(mut f: impl FnMut(&Arc<Shared>)) {
     let cur = ENGINE.load(Ordering::Acquire);
     // SAFETY: ENGINE only ever holds null or a leaked, never freed `Box<Engine>`.
     let Some(e) = (unsafe { cur.as_ref() }) else {
         return;
     };
     for id in e.timed_ids().iter() {
-        let Some(sh) = lock(&e.conns).get(&id).cloned() else {
-            continue;
-        };
-        let mut st = sh.lock();
-        if st.hold_until.is_some() {
-            sh.end_hold(&mut st);
+        if let Some(sh) = lock(&e.conns).get(&id).cloned() {
+            f(&sh);
         }
     }
 }
@@ -148,18 +155,10 @@ pub fn release_lazy() {
     if !lazy_held() {
         return;
     }
-    let cur = ENGINE.load(Ordering::Acquire);
-    // SAFETY: ENGINE only ever holds null or a leaked, never freed `Box<Engine>`.
-    let Some(e) = (unsafe { cur.as_ref() }) else {
-        return;
-    };
-    for id in e.timed_ids().iter() {
-        let Some(sh) = lock(&e.conns).get(&id).cloned() else {
-            continue;
-        };
+    for_timed(|sh| {
         // Never wait for a lock here: the holder is working on the socket anyway.
         let Ok(mut st) = sh.st.try_lock() else {
-            continue;
+            return;
         };
         if st.inline == 0 {
             if st.hold_until.is_some() {
@@ -169,7 +168,7 @@ pub fn release_lazy() {
                 sh.end_lazy(&mut st);
             }
         }
-    }
+    });
 }
 
 /// Whether this process has started its engine (made a DDP socket since it started or
