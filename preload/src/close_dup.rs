@@ -32,6 +32,8 @@ fn routed_close(_h: Handle, fd: c_int) -> Result<c_int, Errno> {
     if let Some(prev) = fdtable::clear(fd) {
         entry::release(prev);
     }
+    // (an epoll fd that watches DDP sockets is marked: its hints go with it)
+    crate::poll::forget_epoll_fds(fd, fd);
     // SAFETY: no pointer arguments.
     let rc = unsafe { real::close(fd) };
     if crate::log::enabled() {
@@ -48,6 +50,10 @@ fn routed_close(_h: Handle, fd: c_int) -> Result<c_int, Errno> {
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        crate::poll::forget_epoll_fds(
+            c_int::try_from(first).unwrap_or(c_int::MAX),
+            c_int::try_from(last).unwrap_or(c_int::MAX),
+        );
         fdtable::clear_range(first, last, entry::release);
     }
     // SAFETY: no pointer arguments.
@@ -61,6 +67,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn closefrom(lowfd: c_int) {
     if let Ok(first) = c_uint::try_from(lowfd) {
+        crate::poll::forget_epoll_fds(lowfd, c_int::MAX);
         fdtable::clear_range(first, c_uint::MAX, entry::release);
     }
     // SAFETY: no pointer arguments.
@@ -89,6 +96,9 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 /// No pointers; as for libc's `dup2`.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if new != old {
+        crate::poll::forget_epoll_fds(new, new);
+    }
     if !fdtable::any() {
         // SAFETY: no pointer arguments.
         return unsafe { real::dup2(old, new) };
@@ -105,6 +115,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 /// No pointers; as for libc's `dup3`.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    crate::poll::forget_epoll_fds(new, new);
     if !fdtable::any() {
         // SAFETY: no pointer arguments.
         return unsafe { real::dup3(old, new, flags) };

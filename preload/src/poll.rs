@@ -14,6 +14,7 @@
 //! fd erases any stale mark on its number.
 
 use core::mem::size_of;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use libc::timeval;
 use libc::{c_int, epoll_event, fd_set, nfds_t, pollfd, sigset_t, size_t, timespec};
@@ -624,42 +625,106 @@ unsafe fn select_inline(
 }
 
 /// Which DDP fds each epoll fd was asked to watch for input (`epoll_ctl` on a DDP fd with
-/// `EPOLLIN`): hints for [`epoll_inline`], by fd number, at most [`MAX_INLINE`] per epoll fd
-/// (an epoll fd given more is marked `over` and left to the progress thread until its number
-/// is reused). A stale hint (the fd closed or reused) costs at most serving a socket's input
-/// inline, which is always right. Cost per call: a scan over the epoll fds, not the sockets.
+/// `EPOLLIN`), with the registration (events, data): for [`epoll_inline`], by fd number, at
+/// most [`MAX_INLINE`] per epoll fd (an epoll fd given more is marked `over` and left to the
+/// progress thread until its number is reused). A registration names its socket
+/// ([`ddp_user::DdpSocket::id`]), so a hint whose fd was closed or reused meanwhile is ignored;
+/// the epoll fd's own close (`close`, `close_range`, `closefrom`, `dup2`/`dup3` over it) drops
+/// its hints ([`forget_epoll_fds`]; such an epoll fd is marked [`route::TRACKED`] so that its
+/// `close` is routed). An update that cannot take the lock (another thread or an
+/// interrupted caller holds it) drops every hint instead: without a hint a socket's input goes
+/// where the kernel reports it, which is always right. Cost per call: a scan over the epoll
+/// fds, not the sockets.
 static EPOLL_HINTS: std::sync::Mutex<Vec<EpollHints>> = std::sync::Mutex::new(Vec::new());
+/// Whether hints may exist (so that `close` of an fd that is not a DDP socket costs one load).
+static HINTED: AtomicBool = AtomicBool::new(false);
+/// [`report_held`]'s turns: which held socket comes first, and (short of room) whether the
+/// kernel's events come first.
+static HELD_TURN: AtomicUsize = AtomicUsize::new(0);
+/// An update of the hints was missed: drop them all at the next chance.
+static HINTS_MISSED: AtomicBool = AtomicBool::new(false);
 /// Epoll fds tracked at most (beyond, new ones are not served inline).
 const MAX_EPOLL_FDS: usize = 64;
 
 struct EpollHints {
     epfd: c_int,
-    fds: [c_int; MAX_INLINE],
+    regs: [EpollReg; MAX_INLINE],
     len: usize,
     over: bool,
 }
 
-/// The hints, unless another thread (or the code a signal handler interrupted) holds them:
-/// never wait for them (a hint missed costs latency only).
-fn hints() -> Option<std::sync::MutexGuard<'static, Vec<EpollHints>>> {
-    match EPOLL_HINTS.try_lock() {
-        Ok(g) => Some(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
+/// One DDP fd in an epoll set, as `epoll_ctl` registered it.
+#[derive(Clone, Copy, Default)]
+struct EpollReg {
+    fd: c_int,
+    /// The socket's id (0: not a connection; never reported by us).
+    sock: u64,
+    events: u32,
+    data: u64,
+    /// Edge-triggered: the socket's received byte count when its held data was last reported.
+    seen_rx: u64,
+}
+
+impl EpollReg {
+    /// Whether data may be held for this registration and reported by us (`EPOLLIN`, neither
+    /// one-shot nor exclusive: those keep the kernel's readiness only).
+    fn holdable(&self) -> bool {
+        self.sock != 0
+            && self.events & libc::EPOLLIN as u32 != 0
+            && self.events & (libc::EPOLLONESHOT | libc::EPOLLEXCLUSIVE) as u32 == 0
     }
 }
 
-/// Records (or forgets) that `epfd` watches DDP fd `fd` for input.
-fn epoll_hint(epfd: c_int, fd: c_int, watch: bool) {
-    let Some(mut h) = hints() else {
+/// The hints, unless another thread (or the code a signal handler interrupted) holds them:
+/// never wait for them (a hint missed costs latency only; an update missed drops them all).
+fn hints() -> Option<std::sync::MutexGuard<'static, Vec<EpollHints>>> {
+    let mut g = match EPOLL_HINTS.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
+    if HINTS_MISSED.swap(false, Ordering::Relaxed) {
+        g.clear();
+    }
+    Some(g)
+}
+
+/// The hints for an update: `None` (and all hints dropped at the next chance) if busy.
+fn hints_for_update() -> Option<std::sync::MutexGuard<'static, Vec<EpollHints>>> {
+    let g = hints();
+    if g.is_none() {
+        HINTS_MISSED.store(true, Ordering::Relaxed);
+    }
+    g
+}
+
+/// Drops the hints of the epoll fds `first..=last` (about to be closed or replaced).
+pub(crate) fn forget_epoll_fds(first: c_int, last: c_int) {
+    if !HINTED.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(mut h) = hints_for_update() {
+        h.retain(|e| e.epfd < first || e.epfd > last);
+    }
+}
+
+/// Records (`Some`: added or modified with `EPOLLIN`) or forgets (`None`) that `epfd` watches
+/// DDP fd `fd` for input.
+fn epoll_hint(epfd: c_int, fd: c_int, reg: Option<EpollReg>) {
+    let Some(mut h) = hints_for_update() else {
         return;
     };
     let i = match h.iter().position(|e| e.epfd == epfd) {
         Some(i) => i,
-        None if watch && h.len() < MAX_EPOLL_FDS => {
+        None if reg.is_some() && h.len() < MAX_EPOLL_FDS => {
+            HINTED.store(true, Ordering::Relaxed);
+            // Marked, so that its `close` comes through `routed_close` (which forgets it).
+            if fdtable::lookup(epfd).is_none() {
+                fdtable::mark(epfd, route::TRACKED);
+            }
             h.push(EpollHints {
                 epfd,
-                fds: [-1; MAX_INLINE],
+                regs: [EpollReg::default(); MAX_INLINE],
                 len: 0,
                 over: false,
             });
@@ -671,74 +736,275 @@ fn epoll_hint(epfd: c_int, fd: c_int, watch: bool) {
     if e.over {
         return;
     }
-    if let Some(j) = e.fds[..e.len].iter().position(|&f| f == fd) {
+    if let Some(j) = e.regs[..e.len].iter().position(|r| r.fd == fd) {
         e.len -= 1;
-        e.fds[j] = e.fds[e.len];
+        e.regs[j] = e.regs[e.len];
     }
-    if watch {
+    if let Some(reg) = reg {
         if e.len == MAX_INLINE {
             e.over = true;
         } else {
-            e.fds[e.len] = fd;
+            e.regs[e.len] = reg;
             e.len += 1;
         }
     }
 }
 
+/// The registrations of `epfd` (none if it has more than [`MAX_INLINE`], or the hints are
+/// busy), each with whether its socket is watched by this epoll fd only (data held for it is
+/// then reported by [`epoll_inline`]; a socket in two sets keeps the kernel's readiness).
+fn epoll_regs(epfd: c_int) -> ([(EpollReg, bool); MAX_INLINE], usize) {
+    let mut out = [(EpollReg::default(), false); MAX_INLINE];
+    let Some(h) = hints() else {
+        return (out, 0);
+    };
+    let Some(e) = h.iter().find(|e| e.epfd == epfd && !e.over) else {
+        return (out, 0);
+    };
+    for (o, r) in out.iter_mut().zip(&e.regs[..e.len]) {
+        let alone = r.holdable()
+            && !h.iter().any(|x| {
+                x.epfd != epfd && (x.over || x.regs[..x.len].iter().any(|y| y.sock == r.sock))
+            });
+        *o = (*r, alone);
+    }
+    (out, e.len)
+}
+
+/// Notes that the held data of `epfd`'s registration of `fd` was reported at `rx` bytes
+/// received (edge-triggered registrations report it again only after more arrives).
+fn epoll_seen(epfd: c_int, fd: c_int, sock: u64, rx: u64) {
+    if let Some(mut h) = hints()
+        && let Some(e) = h.iter_mut().find(|e| e.epfd == epfd)
+        && let Some(r) = e.regs[..e.len]
+            .iter_mut()
+            .find(|r| r.fd == fd && r.sock == sock)
+    {
+        r.seen_rx = rx;
+    }
+}
+
+/// The DDP socket behind `fd` if it is still the one `reg` registered.
+fn reg_socket(reg: &EpollReg) -> Option<ddp_user::DdpSocket> {
+    let h = fdtable::lookup_marked(reg.fd)?;
+    let r = route::ddp_socket(h).ok()??;
+    let c = r.conn()?;
+    (c.sock.id() == reg.sock).then(|| c.sock.clone())
+}
+
+/// An `EPOLLIN` event for a socket that holds stream data for its reader.
+#[derive(Clone, Copy, Default)]
+struct Held {
+    reg: EpollReg,
+    /// The socket's received byte count now.
+    rx: u64,
+}
+
+/// The sockets of `regs` that hold stream data for their reader (`DdpSocket::epoll_held`;
+/// edge-triggered ones only if more arrived since they were last reported).
+fn held_of(regs: &[(EpollReg, bool)]) -> ([Held; MAX_INLINE], usize) {
+    let mut out = [Held::default(); MAX_INLINE];
+    let mut n = 0;
+    for (reg, alone) in regs {
+        if !alone {
+            continue;
+        }
+        let Some(rx) = reg_socket(reg).and_then(|s| s.epoll_held()) else {
+            continue;
+        };
+        if reg.events & libc::EPOLLET as u32 != 0 && rx == reg.seen_rx {
+            continue;
+        }
+        out[n] = Held { reg: *reg, rx };
+        n += 1;
+    }
+    (out, n)
+}
+
+/// Adds the `held` events to the `r` events the kernel wrote at `evs`: an entry with the
+/// same data gets `EPOLLIN`, others are appended while there is room (a bad `evs` is left
+/// alone: the kernel never checked the part it did not write). Returns the new count.
+///
+/// # Safety
+/// `evs[..r]` were just written by the kernel; `max` is the caller's (> 0: the kernel took it).
+unsafe fn add_held(
+    epfd: c_int,
+    held: &[Held],
+    evs: *mut epoll_event,
+    max: c_int,
+    mut r: c_int,
+) -> c_int {
+    for h in held {
+        let bits = h.reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32;
+        // SAFETY: the kernel wrote these `r` entries (epoll_event is packed: bytes 4..12 are
+        // the data).
+        let kernel = unsafe { core::slice::from_raw_parts(evs.cast::<u8>(), r as usize * EV) };
+        let same = kernel
+            .chunks_exact(EV)
+            .position(|c| u64::from_ne_bytes(c[4..12].try_into().expect("8 bytes")) == h.reg.data);
+        if let Some(i) = same {
+            // SAFETY: entry `i` of the kernel's `r`.
+            unsafe {
+                let p = evs.add(i);
+                let mut e = p.read_unaligned();
+                e.events |= bits;
+                p.write_unaligned(e);
+            }
+        } else if r < max {
+            let e = epoll_event {
+                events: bits,
+                u64: h.reg.data,
+            };
+            // SAFETY: only an address; the write goes through the kernel.
+            let at = unsafe { evs.add(r as usize) };
+            if !write_own(at.cast(), (&raw const e).cast(), EV) {
+                return r;
+            }
+            r += 1;
+        } else {
+            continue;
+        }
+        if h.reg.events & libc::EPOLLET as u32 != 0 {
+            epoll_seen(epfd, h.reg.fd, h.reg.sock, h.rx);
+        }
+    }
+    r
+}
+
+/// Reports `held` with the kernel's ready events: the kernel fills what the held ones leave
+/// of the caller's `max` (so that each held socket has room: an fd that is always ready, such
+/// as `EPOLLOUT`, never crowds them out), then [`add_held`]. With more held sockets than room,
+/// every other call reports only held ones (written through the kernel: `EFAULT` for a bad
+/// array, as the kernel's), so neither kind waits for the other for long.
+///
+/// # Safety
+/// `look(m)` is the caller's epoll wait without waiting, at most `m` entries into `evs`.
+unsafe fn report_held(
+    epfd: c_int,
+    held: &[Held],
+    evs: *mut epoll_event,
+    max: c_int,
+    look: &impl Fn(c_int) -> c_int,
+) -> Result<c_int, Errno> {
+    // (a different first one each call: an array with less room than held sockets reports
+    // each in turn, as the kernel's level-triggered list does)
+    let mut turn = [Held::default(); MAX_INLINE];
+    let t = HELD_TURN.fetch_add(1, Ordering::Relaxed);
+    let first = (t / 2) % held.len().max(1);
+    for (t, h) in turn
+        .iter_mut()
+        .zip(held[first..].iter().chain(&held[..first]))
+    {
+        *t = *h;
+    }
+    let held = &turn[..held.len()];
+    let room = max - held.len().min(c_int::MAX as usize) as c_int;
+    if room <= 0 && max > 0 && t.is_multiple_of(2) {
+        let mut r = 0;
+        for h in &held[..max as usize] {
+            let e = epoll_event {
+                events: h.reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32,
+                u64: h.reg.data,
+            };
+            // SAFETY: only an address; the write goes through the kernel.
+            let at = unsafe { evs.add(r as usize) };
+            if !write_own(at.cast(), (&raw const e).cast(), EV) {
+                return if r > 0 {
+                    Ok(r)
+                } else {
+                    Err(Errno(libc::EFAULT))
+                };
+            }
+            if h.reg.events & libc::EPOLLET as u32 != 0 {
+                epoll_seen(epfd, h.reg.fd, h.reg.sock, h.rx);
+            }
+            r += 1;
+        }
+        return Ok(r);
+    }
+    let r = cvt(look(if room > 0 { room } else { max }))?;
+    // SAFETY: the kernel took `evs` and wrote `r` entries; `max` > 0 (it took it).
+    Ok(unsafe { add_held(epfd, held, evs, max, r) })
+}
+
+/// The size of one `epoll_event` (packed on x86_64).
+const EV: usize = size_of::<epoll_event>();
+
 /// `epoll_wait`/`epoll_pwait` where the epoll fd watches at most [`MAX_INLINE`] DDP sockets
 /// for input: as `poll` does (see [`poll_inline`]), the calling thread waits on the epoll fd
 /// and those sockets' TCP fds together (`ppoll`, with the caller's signal mask) and processes
-/// their input itself when they fire (stream data lands in the socketpair, which the epoll
-/// set watches), then asks the epoll fd again without waiting. This saves the two
-/// cross-thread handoffs (TCP -> progress thread -> application) per received message of an
-/// epoll event loop. Larger sets, and waits without timeout 0 on epoll fds with no DDP
-/// sockets, are the kernel's call as before. Results, `EINTR` (never restarted, as
-/// `epoll_wait`) and errors are the kernel's.
+/// their input itself when they fire, then asks the epoll fd again without waiting. This saves
+/// the two cross-thread handoffs (TCP -> progress thread -> application) per received message
+/// of an epoll event loop. Stream data that found a socket's socketpair empty is held in the
+/// engine for its next read and reported (`EPOLLIN` with the registration's data) by this call
+/// itself, for a socket registered level- or edge-triggered (not one-shot or exclusive) in
+/// this epoll fd only; otherwise it lands in the socketpair, which the epoll set watches. A
+/// socket still holding data is reported at once, level-triggered, or when more arrived,
+/// edge-triggered; held data not read goes into the socketpair as after a `poll`. Larger sets,
+/// and waits without timeout 0 on epoll fds with no DDP sockets, are the kernel's call as
+/// before. Results, `EINTR` (never restarted, as `epoll_wait`) and errors are the kernel's.
 ///
 /// # Safety
 /// `look` and `block` call the real epoll wait on the caller's arguments; `mask` is null or
-/// valid.
+/// valid; `evs` and `max` are the caller's.
 unsafe fn epoll_inline(
     epfd: c_int,
+    evs: *mut epoll_event,
+    max: c_int,
     timeout: Option<core::time::Duration>,
     mask: *const sigset_t,
-    look: impl Fn() -> c_int,
+    look: impl Fn(c_int) -> c_int,
     block: impl Fn(Option<core::time::Duration>) -> c_int,
 ) -> Result<c_int, Errno> {
-    let mut waits: [Option<ddp_user::PollWait>; MAX_INLINE] = Default::default();
+    let mut waits: [Option<(ddp_user::PollWait, bool)>; MAX_INLINE] = Default::default();
     let mut k = 0;
-    if timeout != Some(core::time::Duration::ZERO) && ddp_user::engine_started() {
-        let mut fds = [-1; MAX_INLINE];
-        let mut m = 0;
-        if let Some(h) = hints()
-            && let Some(e) = h.iter().find(|e| e.epfd == epfd && !e.over)
-        {
-            fds = e.fds;
-            m = e.len;
-        }
-        for &fd in &fds[..m] {
-            let Some(h) = fdtable::lookup_marked(fd) else {
-                continue;
-            };
-            if let Ok(Some(r)) = route::ddp_socket(h)
-                && let Some(c) = r.conn()
-                && let Some(w) = c.sock.poll_wait()
+    let (regs, m) = if ddp_user::engine_started() {
+        epoll_regs(epfd)
+    } else {
+        ([(EpollReg::default(), false); MAX_INLINE], 0)
+    };
+    let regs = &regs[..m];
+    let (held, h_n) = held_of(regs);
+    if timeout != Some(core::time::Duration::ZERO) || h_n > 0 {
+        for (reg, alone) in regs {
+            if held[..h_n].iter().any(|h| h.reg.fd == reg.fd) {
+                continue; // (its data stays held: a PollWait would pass it to the socketpair)
+            }
+            if let Some(sock) = reg_socket(reg)
+                && let Some(w) = sock.poll_wait()
             {
-                waits[k] = Some(w);
+                waits[k] = Some((w, *alone));
                 k += 1;
             }
         }
+    }
+    if h_n > 0 {
+        // Sockets that hold data for their reader: readable now, no wait (input waiting for
+        // the others is served first: a socket holding data must not keep it waiting).
+        // SAFETY: our own PollWaits; `mask` as given.
+        unsafe { serve_now(&waits, mask) };
+        let (held, h_n) = held_of(regs);
+        // SAFETY: `look` and `evs`/`max` are the caller's.
+        return unsafe { report_held(epfd, &held[..h_n], evs, max, &look) };
     }
     if k == 0 {
         ddp_user::release_lazy();
         return cvt(block(timeout));
     }
     // A look without waiting first (it also validates the caller's arguments).
-    let r = cvt(look())?;
+    let r = cvt(look(max))?;
     if r > 0 {
+        // Input waiting on the TCP fds is served too: an fd that is always ready (EPOLLOUT)
+        // must not keep it waiting (the fds stay with this thread while it comes back).
+        // SAFETY: as above.
+        if unsafe { serve_now(&waits, mask) } {
+            let (held, h_n) = held_of(regs);
+            // SAFETY: the kernel took `evs`/`max` and wrote `r` entries.
+            return Ok(unsafe { add_held(epfd, &held[..h_n], evs, max, r) });
+        }
         return Ok(r);
     }
-    ddp_user::release_lazy_besides(waits.iter().flatten());
+    ddp_user::release_lazy_besides(waits.iter().flatten().map(|w| &w.0));
     let deadline = timeout.map(|t| std::time::Instant::now() + t);
     let mut first = true;
     let mut set = [pollfd {
@@ -753,9 +1019,9 @@ unsafe fn epoll_inline(
             revents: 0,
         };
         for (j, w) in waits.iter().flatten().enumerate() {
-            let ev = w.events();
+            let ev = w.0.events();
             set[1 + j] = pollfd {
-                fd: if ev != 0 { w.tcp_fd() } else { -1 },
+                fd: if ev != 0 { w.0.tcp_fd() } else { -1 },
                 events: ev,
                 revents: 0,
             };
@@ -769,14 +1035,28 @@ unsafe fn epoll_inline(
         // SAFETY: our own array of `k + 1` entries; `mask` is null or valid.
         let r = cvt(unsafe { real_ppoll(set.as_mut_ptr(), (k + 1) as nfds_t, left, mask) })?;
         let mut again = set[0].revents != 0;
+        let mut held = false;
         for (j, w) in waits.iter().flatten().enumerate() {
             if set[1 + j].revents != 0 {
-                w.service_plain();
+                if w.1 {
+                    held |= w.0.service();
+                } else {
+                    w.0.service_plain();
+                }
                 again = true;
             }
         }
         if again {
-            let r = cvt(look())?;
+            let (held, h_n) = if held {
+                held_of(regs)
+            } else {
+                Default::default()
+            };
+            if h_n > 0 {
+                // SAFETY: as above.
+                return unsafe { report_held(epfd, &held[..h_n], evs, max, &look) };
+            }
+            let r = cvt(look(max))?;
             if r > 0 {
                 return Ok(r);
             }
@@ -785,6 +1065,56 @@ unsafe fn epoll_inline(
             return Ok(0);
         }
     }
+}
+
+/// Serves the input waiting on the TCP fds of `waits` now (one `ppoll` without waiting);
+/// true if stream data is now held for a reader (see [`ddp_user::PollWait::service`]).
+///
+/// # Safety
+/// `mask` is null or valid.
+unsafe fn serve_now(
+    waits: &[Option<(ddp_user::PollWait, bool)>; MAX_INLINE],
+    mask: *const sigset_t,
+) -> bool {
+    let mut set = [pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; MAX_INLINE];
+    let mut k = 0;
+    for (p, w) in set.iter_mut().zip(waits.iter().flatten()) {
+        *p = pollfd {
+            fd: w.0.tcp_fd(),
+            events: w.0.events() & libc::POLLIN,
+            revents: 0,
+        };
+        k += 1;
+    }
+    if k == 0 {
+        return false;
+    }
+    // SAFETY: our own array of `k` entries; `mask` as the caller says.
+    let n = unsafe {
+        real_ppoll(
+            set.as_mut_ptr(),
+            k as nfds_t,
+            Some(Default::default()),
+            mask,
+        )
+    };
+    let mut held = false;
+    if n > 0 {
+        for (p, w) in set.iter().zip(waits.iter().flatten()) {
+            if p.revents != 0 {
+                if w.1 {
+                    held |= w.0.service();
+                } else {
+                    w.0.service_plain();
+                }
+            }
+        }
+    }
+    held
 }
 
 /// `epoll_wait(2)` with the table in use.
@@ -802,9 +1132,11 @@ unsafe fn routed_epoll_wait(
     unsafe {
         epoll_inline(
             epfd,
+            evs,
+            max,
             timeout,
             core::ptr::null(),
-            || real::epoll_wait(epfd, evs, max, 0),
+            |m| real::epoll_wait(epfd, evs, m, 0),
             |_| real::epoll_wait(epfd, evs, max, timeout_ms),
         )
     }
@@ -826,9 +1158,11 @@ unsafe fn routed_epoll_pwait(
     unsafe {
         epoll_inline(
             epfd,
+            evs,
+            max,
             timeout,
             mask,
-            || real::epoll_wait(epfd, evs, max, 0),
+            |m| real::epoll_wait(epfd, evs, m, 0),
             |_| real::epoll_pwait(epfd, evs, max, timeout_ms, mask),
         )
     }
@@ -867,9 +1201,11 @@ unsafe fn routed_epoll_pwait2(
     unsafe {
         epoll_inline(
             epfd,
+            evs,
+            max,
             t,
             mask,
-            || real::epoll_pwait2(epfd, evs, max, &zero, mask),
+            |m| real::epoll_pwait2(epfd, evs, m, &zero, mask),
             |_| real::epoll_pwait2(epfd, evs, max, timeout, mask),
         )
     }
@@ -885,6 +1221,18 @@ fn read_timespec(p: *const timespec) -> Option<timespec> {
 /// false if any `from` range is unreadable (where a plain read would fault, the kernel says
 /// `EFAULT`). The `to` ranges are the caller's own buffers of `len` bytes.
 fn read_own(pieces: &[(*mut u8, *const u8, usize)]) -> bool {
+    copy_own(pieces, libc::SYS_process_vm_readv)
+}
+
+/// Copies `len` bytes from our own `from` to `to` with `process_vm_writev`: false if `to` is
+/// not writable (where a plain write would fault).
+fn write_own(to: *mut u8, from: *const u8, len: usize) -> bool {
+    copy_own(&[(from.cast_mut(), to, len)], libc::SYS_process_vm_writev)
+}
+
+/// `process_vm_readv`/`process_vm_writev` on this process: the first of each piece is the
+/// local range, the second the one the kernel checks (read from or written to).
+fn copy_own(pieces: &[(*mut u8, *const u8, usize)], call: libc::c_long) -> bool {
     let mut local = [libc::iovec {
         iov_base: core::ptr::null_mut(),
         iov_len: 0,
@@ -903,11 +1251,11 @@ fn read_own(pieces: &[(*mut u8, *const u8, usize)]) -> bool {
         };
         want += len;
     }
-    // SAFETY: the local iovecs are the caller's own buffers of those lengths; the remote
-    // ranges are only read, by the kernel, which checks them.
+    // SAFETY: the local iovecs are our own buffers of those lengths; the remote ranges are
+    // accessed by the kernel, which checks them.
     let got = unsafe {
         libc::syscall(
-            libc::SYS_process_vm_readv,
+            call,
             libc::getpid(),
             local.as_ptr(),
             k as libc::c_ulong,
@@ -1063,16 +1411,27 @@ unsafe fn routed_epoll_ctl(
     // SAFETY: forwarded unchanged.
     let r = cvt(unsafe { real::epoll_ctl(epfd, op, fd, ev) })?;
     // The kernel accepted it: for ADD/MOD `ev` was read and is valid.
-    let watch = op != libc::EPOLL_CTL_DEL
-        && !ev.is_null()
+    let e = (op != libc::EPOLL_CTL_DEL && !ev.is_null())
         // SAFETY: see above.
-        && unsafe { ev.read_unaligned() }.events & libc::EPOLLIN as u32 != 0;
-    epoll_hint(epfd, fd, watch);
-    if watch
-        && let Ok(Some(r)) = route::ddp_socket(h)
-        && let Some(c) = r.conn()
-    {
-        c.sock.epoll_watched();
+        .then(|| unsafe { ev.read_unaligned() })
+        .filter(|e| e.events & libc::EPOLLIN as u32 != 0);
+    let sock = e.and_then(|_| {
+        route::ddp_socket(h)
+            .ok()
+            .flatten()?
+            .conn()
+            .map(|c| c.sock.clone())
+    });
+    let reg = e.map(|e| EpollReg {
+        fd,
+        sock: sock.as_ref().map_or(0, |s| s.id()),
+        events: e.events,
+        data: e.u64,
+        seen_rx: 0,
+    });
+    epoll_hint(epfd, fd, reg);
+    if let Some(s) = sock {
+        s.epoll_watched();
     }
     Ok(r)
 }

@@ -827,6 +827,180 @@ static int c_epoll_rdhup(void)
 	return 0;
 }
 
+/* Reads exactly n bytes with plain read() calls (no poll in between, which would change how
+ * the library holds the data) and checks them against pattern (seed, off). */
+static int read_check(int fd, size_t n, uint64_t seed, uint64_t off, const char *what)
+{
+	uint8_t b[8192];
+	REQ(n <= sizeof b, "%s: %zu bytes asked, at most %zu", what, n, sizeof b);
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = read(fd, b + got, n - got);
+		if (r > 0)
+			got += (size_t)r;
+		else
+			REQE(r < 0 && errno == EINTR, "%s: read = %zd after %zu of %zu bytes", what, r, got, n);
+	}
+	size_t bad;
+	if (xs_check(b, n, seed, off, &bad)) {
+		xs_report_mismatch(what, b, n, seed, off, bad);
+		return fail_(__LINE__, 0, 0, "%s: content mismatch at byte %zu", what, bad);
+	}
+	return 0;
+}
+
+/* The entries of out[0..n) with data d: how many, and their events OR'ed. */
+static int entries_of(const struct epoll_event *out, int n, uint64_t d, uint32_t *events)
+{
+	int k = 0;
+	*events = 0;
+	for (int i = 0; i < n; i++)
+		if (out[i].data.u64 == d) {
+			k++;
+			*events |= out[i].events;
+		}
+	return k;
+}
+
+/* Data that arrives while the reader waits in epoll_wait (and that the library may keep for
+ * the next read instead of passing it through the socketpair): one entry per fd, EPOLLIN and
+ * EPOLLOUT together, reported level-triggered until every byte was read, each of two ready
+ * fds reported in turn to a one-entry array, edge-triggered reported again only for new data,
+ * and a closed fd's number reused by another connection never reported with the old data. */
+static int c_epoll_held(void)
+{
+	int c, s, c2, s2;
+	TRY(mkpair(&c, &s));
+	TRY(mkpair(&c2, &s2));
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	REQE(ep >= 0, "epoll_create1");
+	const uint64_t A = 0xa11ce0001, B = 0xb0b0002;
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = A };
+	REQE(epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) == 0, "epoll_ctl(ADD c)");
+	ev = (struct epoll_event){ .events = EPOLLIN, .data.u64 = B };
+	REQE(epoll_ctl(ep, EPOLL_CTL_ADD, c2, &ev) == 0, "epoll_ctl(ADD c2)");
+	struct epoll_event out[4];
+	uint32_t e;
+	/* level-triggered: 3000 bytes in, 1000 read per wakeup, then the rest */
+	uint64_t seed = xs_seed(40, 41, 42);
+	size_t sent = 0, got = 0;
+	for (int i = 0; i < 40; i++) {
+		TRY(put(s, 3000, seed, sent, "server write (level-triggered)"));
+		sent += 3000;
+		int n = epoll_wait(ep, out, 4, WAIT_MS);
+		REQE(n >= 1, "round %d: epoll_wait", i);
+		REQ(entries_of(out, n, A, &e) == 1 && (e & EPOLLIN),
+		    "round %d: %d entries for the fd (events 0x%x), expected one with EPOLLIN", i,
+		    entries_of(out, n, A, &e), e);
+		TRY(read_check(c, 1000, seed, got, "level-triggered read"));
+		got += 1000;
+	}
+	while (got < sent) {
+		int n = epoll_wait(ep, out, 4, WAIT_MS);
+		REQE(n >= 1, "drain: epoll_wait");
+		REQ(entries_of(out, n, A, &e) == 1 && (e & EPOLLIN),
+		    "%zu of %zu bytes read: EPOLLIN missing (events 0x%x)", got, sent, e);
+		size_t k = sent - got < 7000 ? sent - got : 7000;
+		TRY(read_check(c, k, seed, got, "level-triggered drain"));
+		got += k;
+	}
+	int n = epoll_wait(ep, out, 4, 0);
+	REQ(entries_of(out, n, A, &e) == 0, "everything read, but reported: events 0x%x", e);
+	/* EPOLLIN|EPOLLOUT: one entry with both while data is left */
+	ev = (struct epoll_event){ .events = EPOLLIN | EPOLLOUT, .data.u64 = A };
+	REQE(epoll_ctl(ep, EPOLL_CTL_MOD, c, &ev) == 0, "epoll_ctl(MOD c, EPOLLIN|EPOLLOUT)");
+	for (int i = 0; i < 10; i++) {
+		TRY(put(s, 3000, seed, sent, "server write (in and out)"));
+		sent += 3000;
+		uint64_t dl = xs_deadline(WAIT_MS);
+		do { /* EPOLLOUT is always ready: wait (bounded) until the data is reported too */
+			n = epoll_wait(ep, out, 4, WAIT_MS);
+			REQE(n >= 1, "in and out: epoll_wait");
+			REQ(entries_of(out, n, A, &e) == 1, "in and out: %d entries for the fd",
+			    entries_of(out, n, A, &e));
+		} while (!(e & EPOLLIN) && xs_ms_left(dl) > 0);
+		REQ((e & EPOLLIN) && (e & EPOLLOUT), "in and out: events 0x%x", e);
+		TRY(read_check(c, 1000, seed, got, "in and out read"));
+		got += 1000;
+		n = epoll_wait(ep, out, 4, 0);
+		REQ(entries_of(out, n, A, &e) == 1 && (e & EPOLLIN) && (e & EPOLLOUT),
+		    "in and out, data left: %d entries, events 0x%x", entries_of(out, n, A, &e), e);
+		TRY(read_check(c, 2000, seed, got, "in and out read (rest)"));
+		got += 2000;
+	}
+	n = epoll_wait(ep, out, 4, 0);
+	REQ(entries_of(out, n, A, &e) == 1 && !(e & EPOLLIN) && (e & EPOLLOUT),
+	    "everything read: events 0x%x, expected EPOLLOUT only", e);
+	/* two ready fds, a one-entry array, nothing read: each is reported in turn */
+	uint64_t s2seed = xs_seed(43, 44, 45);
+	TRY(put(s, 500, seed, sent, "server write (turns)"));
+	TRY(put(s2, 500, s2seed, 0, "server write 2 (turns)"));
+	int seen_a = 0, seen_b = 0;
+	uint64_t dl = xs_deadline(WAIT_MS);
+	for (int i = 0; i < 100000 && !(seen_a && seen_b) && xs_ms_left(dl) > 0; i++) {
+		n = epoll_wait(ep, out, 1, WAIT_MS);
+		REQE(n == 1, "one-entry array: epoll_wait");
+		seen_a |= out[0].data.u64 == A && (out[0].events & EPOLLIN);
+		seen_b |= out[0].data.u64 == B && (out[0].events & EPOLLIN);
+	}
+	REQ(seen_a && seen_b, "one-entry array: fd 1 %s, fd 2 %s", seen_a ? "seen" : "never reported",
+	    seen_b ? "seen" : "never reported");
+	TRY(read_check(c, 500, seed, sent, "read after turns"));
+	TRY(read_check(c2, 500, s2seed, 0, "read 2 after turns"));
+	/* edge-triggered: reported for new data, not again once drained */
+	ev = (struct epoll_event){ .events = EPOLLIN | EPOLLET, .data.u64 = B };
+	REQE(epoll_ctl(ep, EPOLL_CTL_MOD, c2, &ev) == 0, "epoll_ctl(MOD c2, EPOLLET)");
+	TRY(set_nonblock(c2, 1));
+	size_t off2 = 500;
+	for (int i = 0; i < 20; i++) {
+		TRY(put(s2, 2000, s2seed, off2, "server write (edge-triggered)"));
+		n = epoll_wait(ep, out, 4, WAIT_MS);
+		REQ(n >= 1 && entries_of(out, n, B, &e) == 1 && (e & EPOLLIN),
+		    "edge-triggered round %d: epoll_wait = %d, no EPOLLIN", i, n);
+		size_t want = off2 + 2000, at = off2;
+		uint8_t b[4096];
+		for (int j = 0; j < 1000 && at < want; j++) { /* drain to EAGAIN (bounded) */
+			ssize_t r = read(c2, b, sizeof b);
+			if (r > 0) {
+				size_t bad;
+				REQ(!xs_check(b, (size_t)r, s2seed, at, &bad), "edge-triggered: mismatch at %zu",
+				    at + bad);
+				at += (size_t)r;
+			} else if (r < 0 && errno == EAGAIN) {
+				n = epoll_wait(ep, out, 4, WAIT_MS);
+				REQE(n >= 0, "edge-triggered: epoll_wait for the rest");
+			} else
+				REQE(r < 0 && errno == EINTR, "edge-triggered read = %zd", r);
+		}
+		REQ(at == want, "edge-triggered round %d: %zu of %zu bytes", i, at - off2, want - off2);
+		char x;
+		REQE(read(c2, &x, 1) < 0 && errno == EAGAIN, "edge-triggered: extra bytes");
+		off2 = want;
+		n = epoll_wait(ep, out, 4, 0);
+		REQ(entries_of(out, n, B, &e) == 0, "edge-triggered: drained, but reported again (0x%x)", e);
+	}
+	/* the fd closed (its registration goes with it) and its number reused by another DDP
+	 * connection with data waiting: not reported */
+	int c3, s3;
+	TRY(mkpair(&c3, &s3));
+	close(c2);
+	REQE(dup2(c3, c2) == c2, "dup2 onto the closed number");
+	close(c3);
+	uint64_t s3seed = xs_seed(46, 47, 48);
+	TRY(put(s3, 3000, s3seed, 0, "server write 3"));
+	REQ(wait_ev(c2, POLLIN, WAIT_MS) > 0, "the reused number: no POLLIN");
+	n = epoll_wait(ep, out, 4, 0);
+	REQ(entries_of(out, n, B, &e) == 0, "a closed registration reported: events 0x%x", e);
+	TRY(read_check(c2, 3000, s3seed, 0, "read on the reused number"));
+	close(ep);
+	close(c);
+	close(s);
+	close(c2);
+	close(s2);
+	close(s3);
+	return 0;
+}
+
 static int c_epoll_nested(void)
 {
 	int c, s;
@@ -1967,6 +2141,7 @@ static const struct tcase cases[] = {
 	{ "epoll-et", c_epoll_et, "epoll edge-triggered: 4000 small writes, drain to EAGAIN, no lost wakeup" },
 	{ "epoll-oneshot", c_epoll_oneshot, "EPOLLONESHOT: disarmed after one event, re-armed by MOD" },
 	{ "epoll-rdhup", c_epoll_rdhup, "EPOLLRDHUP on the peer's shutdown(SHUT_WR), data then EOF" },
+	{ "epoll-held", c_epoll_held, "epoll with data kept for the reader: one entry per fd, LT/ET, turns, reused fd" },
 	{ "epoll-nested", c_epoll_nested, "an epoll fd inside an epoll fd" },
 	{ "nb-connect", c_nb_connect, "nonblocking connect: EINPROGRESS, writable, SO_ERROR 0, data" },
 	{ "nb-connect-refused", c_nb_connect_refused, "nonblocking connect to a closed port: ECONNREFUSED" },

@@ -493,6 +493,30 @@ impl DdpSocket {
         held
     }
 
+    /// For `epoll_wait` on a set that watches this socket for input (and nothing else does):
+    /// as [`DdpSocket::poll_held`], with the count of stream bytes received so far when data
+    /// is held (it changes with every arrival: what an edge-triggered registration reports).
+    pub fn epoll_held(&self) -> Option<u64> {
+        let sh = self.sh();
+        if sh.in_child() {
+            return None;
+        }
+        let mut st = sh.lock();
+        st.poll_reader = true;
+        let held = st.hold && !st.backlog.is_empty() && !st.rd_shut && !st.finalized;
+        if held {
+            sh.note_hold(&mut st);
+            Some(st.bytes_rx)
+        } else {
+            None
+        }
+    }
+
+    /// The socket's identity in this process (never reused while the engine runs).
+    pub fn id(&self) -> u64 {
+        self.sh().id
+    }
+
     /// `epoll_ctl` added (or modified) this socket's fd in an epoll set: its readiness is
     /// asked of the kernel from now on, so received data is not held for a reader (see
     /// `ConnState::poll_reader`) until a `poll`/`select` asks for it again.
