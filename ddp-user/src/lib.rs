@@ -61,6 +61,7 @@ pub mod driver;
 pub mod engine;
 pub mod sys;
 
+pub use driver::group::{EpollGroup, GroupVisit};
 pub use driver::socket::{
     Counters, DdpSocket, MAX_SGE, MORE, PollWait, SIGNALED, SOLICITED, WeakDdpSocket,
     release_lazy_besides,

@@ -6,6 +6,9 @@
 //!   the DDP mode will extend — which in this version forwards them to libc. It shows that the
 //!   routing points and the table's bookkeeping (close, dup, accept, fork) are transparent,
 //!   under real programs, before any protocol is behind them.
+//! - `EXSOCK_EPOLL_INLINE=N` (0..=8, default 8): an epoll fd that watches more DDP sockets than
+//!   this is served through an epoll group ([`crate::poll`]); a test setting (0 puts every
+//!   epoll set that watches a DDP socket into a group).
 //!
 //! Rules that switch sockets into DDP mode (`EXSOCK_RULES`, `EXSOCK_CONFIG`, option defaults)
 //! are read by [`crate::rules::setup`], the dual-mode listener settings by
@@ -13,10 +16,11 @@
 //! ([`crate::rules::banner`]). `docs/rules.md` describes them all.
 
 use core::ffi::CStr;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static TRACK: AtomicBool = AtomicBool::new(false);
 static OBSERVE: AtomicBool = AtomicBool::new(false);
+static EPOLL_INLINE: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Reads the environment. Called once, from the constructor.
 pub fn init() {
@@ -25,6 +29,12 @@ pub fn init() {
     }
     if env(c"EXSOCK_TRACK").is_some_and(|v| v.to_bytes() == b"all") {
         TRACK.store(true, Ordering::Relaxed);
+    }
+    if let Some(n) = env(c"EXSOCK_EPOLL_INLINE")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        EPOLL_INLINE.store(n, Ordering::Relaxed);
     }
     let observe = crate::log::enabled() || TRACK.load(Ordering::Relaxed);
     OBSERVE.store(observe, Ordering::Relaxed);
@@ -50,4 +60,10 @@ pub fn observe() -> bool {
 /// Whether `EXSOCK_TRACK=all` is in force.
 pub fn track() -> bool {
     TRACK.load(Ordering::Relaxed)
+}
+
+/// `EXSOCK_EPOLL_INLINE`, if set (the most DDP sockets an epoll fd serves inline).
+pub fn epoll_inline() -> Option<usize> {
+    let n = EPOLL_INLINE.load(Ordering::Relaxed);
+    (n != usize::MAX).then_some(n)
 }

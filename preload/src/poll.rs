@@ -650,7 +650,35 @@ struct EpollHints {
     epfd: c_int,
     regs: [EpollReg; MAX_INLINE],
     len: usize,
-    over: bool,
+    /// More than [`MAX_INLINE`] registrations: all of them, and the set's epoll group.
+    big: Option<Box<BigSet>>,
+}
+
+/// An epoll fd watching many DDP sockets: its registrations by fd and by socket, served
+/// through an epoll group ([`ddp_user::EpollGroup`]; [`epoll_group_wait`]).
+struct BigSet {
+    /// None if the group could not be made (the sockets stay with the progress thread).
+    group: Option<std::sync::Arc<ddp_user::EpollGroup>>,
+    regs: std::collections::HashMap<c_int, EpollReg>,
+    by_sock: std::collections::HashMap<u64, c_int>,
+    /// Sockets that held data for their reader when last served (reported until read).
+    pending: Vec<u64>,
+}
+
+impl EpollHints {
+    /// Whether this set watches socket `sock` (by its id).
+    fn watches(&self, sock: u64) -> bool {
+        match &self.big {
+            Some(b) => b.by_sock.contains_key(&sock),
+            None => self.regs[..self.len].iter().any(|r| r.sock == sock),
+        }
+    }
+}
+
+/// Whether no epoll fd but `epfd` watches socket `sock` (data held for it may be reported by
+/// `epfd`'s waits alone).
+fn alone_in(h: &[EpollHints], epfd: c_int, sock: u64) -> bool {
+    !h.iter().any(|x| x.epfd != epfd && x.watches(sock))
 }
 
 /// One DDP fd in an epoll set, as `epoll_ctl` registered it.
@@ -709,8 +737,8 @@ pub(crate) fn forget_epoll_fds(first: c_int, last: c_int) {
 }
 
 /// Records (`Some`: added or modified with `EPOLLIN`) or forgets (`None`) that `epfd` watches
-/// DDP fd `fd` for input.
-fn epoll_hint(epfd: c_int, fd: c_int, reg: Option<EpollReg>) {
+/// DDP fd `fd` (socket `sock`, if it is a connection) for input.
+fn epoll_hint(epfd: c_int, fd: c_int, reg: Option<EpollReg>, sock: Option<&ddp_user::DdpSocket>) {
     let Some(mut h) = hints_for_update() else {
         return;
     };
@@ -726,26 +754,72 @@ fn epoll_hint(epfd: c_int, fd: c_int, reg: Option<EpollReg>) {
                 epfd,
                 regs: [EpollReg::default(); MAX_INLINE],
                 len: 0,
-                over: false,
+                big: None,
             });
             h.len() - 1
         }
         None => return,
     };
     let e = &mut h[i];
-    if e.over {
-        return;
+    if e.big.is_none() {
+        if let Some(j) = e.regs[..e.len].iter().position(|r| r.fd == fd) {
+            e.len -= 1;
+            e.regs[j] = e.regs[e.len];
+        }
+        match reg {
+            Some(reg)
+                if e.len
+                    < crate::config::epoll_inline().map_or(MAX_INLINE, |n| n.min(MAX_INLINE)) =>
+            {
+                e.regs[e.len] = reg;
+                e.len += 1;
+                return;
+            }
+            Some(_) => {
+                // The set outgrows the inline waits: an epoll group from now on, with the
+                // registrations so far.
+                let group = ddp_user::EpollGroup::new().ok().map(std::sync::Arc::new);
+                let mut big = BigSet {
+                    group,
+                    regs: Default::default(),
+                    by_sock: Default::default(),
+                    pending: Vec::new(),
+                };
+                for r in &e.regs[..e.len] {
+                    big.regs.insert(r.fd, *r);
+                    if r.sock != 0 {
+                        big.by_sock.insert(r.sock, r.fd);
+                        if let (Some(g), Some(s)) = (&big.group, reg_socket(r)) {
+                            g.add(&s);
+                        }
+                    }
+                }
+                e.len = 0;
+                e.big = Some(Box::new(big));
+            }
+            None => return,
+        }
     }
-    if let Some(j) = e.regs[..e.len].iter().position(|r| r.fd == fd) {
-        e.len -= 1;
-        e.regs[j] = e.regs[e.len];
+    let Some(big) = e.big.as_mut() else {
+        return;
+    };
+    if let Some(old) = big.regs.remove(&fd)
+        && old.sock != 0
+    {
+        big.by_sock.remove(&old.sock);
+        if reg.is_none_or(|r| r.sock != old.sock)
+            && let (Some(g), Some(s)) = (&big.group, sock.filter(|s| s.id() == old.sock))
+        {
+            g.remove(s);
+        }
     }
     if let Some(reg) = reg {
-        if e.len == MAX_INLINE {
-            e.over = true;
-        } else {
-            e.regs[e.len] = reg;
-            e.len += 1;
+        big.regs.insert(fd, reg);
+        if reg.sock != 0 {
+            big.by_sock.insert(reg.sock, fd);
+            if let (Some(g), Some(s)) = (&big.group, sock) {
+                g.add(s);
+            }
         }
     }
 }
@@ -758,15 +832,11 @@ fn epoll_regs(epfd: c_int) -> ([(EpollReg, bool); MAX_INLINE], usize) {
     let Some(h) = hints() else {
         return (out, 0);
     };
-    let Some(e) = h.iter().find(|e| e.epfd == epfd && !e.over) else {
+    let Some(e) = h.iter().find(|e| e.epfd == epfd && e.big.is_none()) else {
         return (out, 0);
     };
     for (o, r) in out.iter_mut().zip(&e.regs[..e.len]) {
-        let alone = r.holdable()
-            && !h.iter().any(|x| {
-                x.epfd != epfd && (x.over || x.regs[..x.len].iter().any(|y| y.sock == r.sock))
-            });
-        *o = (*r, alone);
+        *o = (*r, r.holdable() && alone_in(&h, epfd, r.sock));
     }
     (out, e.len)
 }
@@ -774,12 +844,17 @@ fn epoll_regs(epfd: c_int) -> ([(EpollReg, bool); MAX_INLINE], usize) {
 /// Notes that the held data of `epfd`'s registration of `fd` was reported at `rx` bytes
 /// received (edge-triggered registrations report it again only after more arrives).
 fn epoll_seen(epfd: c_int, fd: c_int, sock: u64, rx: u64) {
-    if let Some(mut h) = hints()
-        && let Some(e) = h.iter_mut().find(|e| e.epfd == epfd)
-        && let Some(r) = e.regs[..e.len]
-            .iter_mut()
-            .find(|r| r.fd == fd && r.sock == sock)
-    {
+    let Some(mut h) = hints() else {
+        return;
+    };
+    let Some(e) = h.iter_mut().find(|e| e.epfd == epfd) else {
+        return;
+    };
+    let r = match e.big.as_mut() {
+        Some(b) => b.regs.get_mut(&fd),
+        None => e.regs[..e.len].iter_mut().find(|r| r.fd == fd),
+    };
+    if let Some(r) = r.filter(|r| r.sock == sock) {
         r.seen_rx = rx;
     }
 }
@@ -888,7 +963,8 @@ unsafe fn report_held(
 ) -> Result<c_int, Errno> {
     // (a different first one each call: an array with less room than held sockets reports
     // each in turn, as the kernel's level-triggered list does)
-    let mut turn = [Held::default(); MAX_INLINE];
+    let mut turn = [Held::default(); HELD_REPORT];
+    let held = &held[..held.len().min(HELD_REPORT)];
     let t = HELD_TURN.fetch_add(1, Ordering::Relaxed);
     let first = (t / 2) % held.len().max(1);
     for (t, h) in turn
@@ -927,6 +1003,9 @@ unsafe fn report_held(
     Ok(unsafe { add_held(epfd, held, evs, max, r) })
 }
 
+/// Held sockets reported by one wait at most (the others in later ones).
+const HELD_REPORT: usize = 64;
+
 /// The size of one `epoll_event` (packed on x86_64).
 const EV: usize = size_of::<epoll_event>();
 
@@ -956,6 +1035,12 @@ unsafe fn epoll_inline(
     look: impl Fn(c_int) -> c_int,
     block: impl Fn(Option<core::time::Duration>) -> c_int,
 ) -> Result<c_int, Errno> {
+    if ddp_user::engine_started()
+        && let Some(g) = big_group(epfd)
+    {
+        // SAFETY: the caller's arguments.
+        return unsafe { epoll_group_wait(epfd, &g, evs, max, timeout, mask, &look) };
+    }
     let mut waits: [Option<(ddp_user::PollWait, bool)>; MAX_INLINE] = Default::default();
     let mut k = 0;
     let (regs, m) = if ddp_user::engine_started() {
@@ -1062,6 +1147,168 @@ unsafe fn epoll_inline(
             }
         }
         if r == 0 || left.is_some_and(|l| l.is_zero()) {
+            return Ok(0);
+        }
+    }
+}
+
+/// The epoll group of `epfd`, if it watches many DDP sockets (and the group is this
+/// process's).
+fn big_group(epfd: c_int) -> Option<std::sync::Arc<ddp_user::EpollGroup>> {
+    let h = hints()?;
+    let g = h
+        .iter()
+        .find(|e| e.epfd == epfd)?
+        .big
+        .as_ref()?
+        .group
+        .clone()?;
+    g.usable().then_some(g)
+}
+
+/// The sockets of `epfd`'s group that hold data for their reader now (edge-triggered ones
+/// only if more arrived since they were last reported); those that no longer hold any leave
+/// the pending list.
+fn group_held(epfd: c_int) -> Vec<Held> {
+    let mut regs = Vec::new();
+    if let Some(h) = hints()
+        && let Some(b) = h
+            .iter()
+            .find(|e| e.epfd == epfd)
+            .and_then(|e| e.big.as_ref())
+    {
+        regs.extend(
+            b.pending
+                .iter()
+                .filter_map(|id| b.by_sock.get(id).and_then(|fd| b.regs.get(fd)))
+                .copied(),
+        );
+    }
+    if regs.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut gone = Vec::new();
+    for reg in regs {
+        match reg_socket(&reg).and_then(|s| s.epoll_held()) {
+            Some(rx) if reg.events & libc::EPOLLET as u32 == 0 || rx != reg.seen_rx => {
+                out.push(Held { reg, rx });
+            }
+            Some(_) => {}
+            None => gone.push(reg.sock),
+        }
+    }
+    if !gone.is_empty()
+        && let Some(mut h) = hints()
+        && let Some(b) = h
+            .iter_mut()
+            .find(|e| e.epfd == epfd)
+            .and_then(|e| e.big.as_mut())
+    {
+        b.pending.retain(|id| !gone.contains(id));
+    }
+    out
+}
+
+/// `epoll_wait` on an epoll fd with an epoll group ([`ddp_user::EpollGroup`]): the calling
+/// thread waits on the epoll fd and the group's shadow together and serves the input the
+/// shadow reports (up to 64 sockets a round); stream data held for a reader is reported as in
+/// [`epoll_inline`] (for sockets registered level- or edge-triggered in this epoll fd only).
+/// Results, `EINTR` and errors are the kernel's.
+///
+/// # Safety
+/// As for [`epoll_inline`].
+unsafe fn epoll_group_wait(
+    epfd: c_int,
+    g: &ddp_user::EpollGroup,
+    evs: *mut epoll_event,
+    max: c_int,
+    timeout: Option<core::time::Duration>,
+    mask: *const sigset_t,
+    look: &impl Fn(c_int) -> c_int,
+) -> Result<c_int, Errno> {
+    const BATCH: usize = 64;
+    let _visit = g.enter();
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let mut first = true;
+    loop {
+        // 1. The input the shadow reports, served here.
+        let mut ids = [0u64; BATCH];
+        let n = g.ready(&mut ids);
+        if n > 0 {
+            let mut hold = [false; BATCH];
+            if let Some(h) = hints()
+                && let Some(b) = h
+                    .iter()
+                    .find(|e| e.epfd == epfd)
+                    .and_then(|e| e.big.as_ref())
+            {
+                for (f, id) in hold.iter_mut().zip(&ids[..n]) {
+                    *f = b
+                        .by_sock
+                        .get(id)
+                        .and_then(|fd| b.regs.get(fd))
+                        .is_some_and(|r| r.holdable())
+                        && alone_in(&h, epfd, *id);
+                }
+            }
+            let mut newly = [0u64; BATCH];
+            let mut m = 0;
+            for (&id, &f) in ids[..n].iter().zip(&hold) {
+                if g.service(id, f) && f {
+                    newly[m] = id;
+                    m += 1;
+                }
+            }
+            if m > 0
+                && let Some(mut h) = hints()
+                && let Some(b) = h
+                    .iter_mut()
+                    .find(|e| e.epfd == epfd)
+                    .and_then(|e| e.big.as_mut())
+            {
+                for id in &newly[..m] {
+                    if !b.pending.contains(id) {
+                        b.pending.push(*id);
+                    }
+                }
+            }
+        }
+        // 2. Data held for readers: readable now.
+        let held = group_held(epfd);
+        if !held.is_empty() {
+            // SAFETY: `look` and `evs`/`max` are the caller's.
+            return unsafe { report_held(epfd, &held, evs, max, look) };
+        }
+        // 3. The kernel's events.
+        let r = cvt(look(max))?;
+        if r > 0 {
+            return Ok(r);
+        }
+        let left = if core::mem::take(&mut first) {
+            timeout
+        } else {
+            deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()))
+        };
+        if left.is_some_and(|l| l.is_zero()) {
+            return Ok(0);
+        }
+        // 4. Wait for either (data held for other sockets goes where the kernel sees it).
+        ddp_user::release_lazy();
+        let mut set = [
+            pollfd {
+                fd: epfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            pollfd {
+                fd: g.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: our own array of 2 entries; `mask` is null or valid.
+        if cvt(unsafe { real_ppoll(set.as_mut_ptr(), 2, left, mask) })? == 0 {
             return Ok(0);
         }
     }
@@ -1415,13 +1662,10 @@ unsafe fn routed_epoll_ctl(
         // SAFETY: see above.
         .then(|| unsafe { ev.read_unaligned() })
         .filter(|e| e.events & libc::EPOLLIN as u32 != 0);
-    let sock = e.and_then(|_| {
-        route::ddp_socket(h)
-            .ok()
-            .flatten()?
-            .conn()
-            .map(|c| c.sock.clone())
-    });
+    let sock = route::ddp_socket(h)
+        .ok()
+        .flatten()
+        .and_then(|r| r.conn().map(|c| c.sock.clone()));
     let reg = e.map(|e| EpollReg {
         fd,
         sock: sock.as_ref().map_or(0, |s| s.id()),
@@ -1429,8 +1673,10 @@ unsafe fn routed_epoll_ctl(
         data: e.u64,
         seen_rx: 0,
     });
-    epoll_hint(epfd, fd, reg);
-    if let Some(s) = sock {
+    epoll_hint(epfd, fd, reg, sock.as_ref());
+    if e.is_some()
+        && let Some(s) = sock
+    {
         s.epoll_watched();
     }
     Ok(r)

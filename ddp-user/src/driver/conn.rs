@@ -428,6 +428,9 @@ pub(crate) struct ConnState {
     /// What a running MPA exchange waits for (`POLLIN`/`POLLOUT`).
     pub(crate) startup_events: i16,
     pub(crate) registered: bool,
+    /// The epoll group whose shadow holds the TCP fd instead of the progress thread's set
+    /// ([`crate::driver::group`]).
+    pub(crate) group: Option<std::sync::Arc<crate::driver::group::Group>>,
     /// Application threads inside the library on this socket.
     pub(crate) inline: u32,
     /// Of those, threads waiting in `poll`/`epoll_wait` ([`super::socket::PollWait`]): they
@@ -508,6 +511,7 @@ impl ConnState {
             eng_armed: 0,
             startup_events: libc::POLLOUT,
             registered: false,
+            group: None,
             inline: 0,
             pollers: 0,
             rx_eof: false,

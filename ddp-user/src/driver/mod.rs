@@ -10,6 +10,7 @@
 //!   (registry, epoll, the progress thread) and the progress thread's loop.
 
 pub(crate) mod conn;
+pub mod group;
 pub(crate) mod mem;
 pub mod socket;
 pub(crate) mod startup;
@@ -66,6 +67,10 @@ pub(crate) struct Engine {
     conns: Mutex<HashMap<u64, Arc<Shared>>>,
     /// Sockets with a deadline (non-blocking MPA exchange, close linger).
     timed: Mutex<HashSet<u64>>,
+    /// Epoll groups ([`group`]), by id.
+    groups: Mutex<HashMap<u64, Arc<group::Group>>>,
+    /// Groups whose laziness ends at a deadline.
+    timed_groups: Mutex<HashSet<u64>>,
     /// Receive buffers lent to `ConnState::pump_input` for one call (see `rx_buf_take`).
     rx_bufs: Mutex<Vec<Vec<u8>>>,
     /// Sockets in `conns` (sizes each socket's share of the receive backlog budget).
@@ -147,6 +152,28 @@ fn for_timed(mut f: impl FnMut(&Arc<Shared>)) {
     }
 }
 
+/// Calls `f` for each group of this process's engine whose laziness has a deadline.
+fn for_lazy_groups(mut f: impl FnMut(&group::Group)) {
+    let cur = ENGINE.load(Ordering::Acquire);
+    // SAFETY: ENGINE only ever holds null or a leaked, never freed `Box<Engine>`.
+    let Some(e) = (unsafe { cur.as_ref() }) else {
+        return;
+    };
+    let Ok(ids) = e
+        .timed_groups
+        .try_lock()
+        .map(|t| t.iter().copied().collect::<Vec<_>>())
+    else {
+        return;
+    };
+    for id in ids {
+        let g = lock(&e.groups).get(&id).cloned();
+        if let Some(g) = g {
+            f(&g);
+        }
+    }
+}
+
 /// Gives every socket whose TCP fd is held lazily (see [`LAZY_REARM`]) and that no
 /// application thread is working on back to the progress thread. Called before a thread
 /// blocks in the library (its wait would not serve those sockets). One relaxed load when
@@ -155,6 +182,7 @@ pub fn release_lazy() {
     if !lazy_held() {
         return;
     }
+    for_lazy_groups(|g| g.release());
     for_timed(|sh| {
         // Never wait for a lock here: the holder is working on the socket anyway.
         let Ok(mut st) = sh.st.try_lock() else {
@@ -213,6 +241,8 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
         wake_fd,
         conns: Mutex::new(HashMap::new()),
         timed: Mutex::new(HashSet::new()),
+        groups: Mutex::new(HashMap::new()),
+        timed_groups: Mutex::new(HashSet::new()),
         rx_bufs: Mutex::new(Vec::new()),
         sockets: AtomicUsize::new(0),
         flushed: Mutex::new(0),
@@ -399,17 +429,55 @@ impl Engine {
         }
     }
 
+    /// The group's laziness ends at a deadline the progress thread must watch.
+    pub(crate) fn watch_group(&self, id: u64) {
+        if lock(&self.timed_groups).insert(id) {
+            let _ = sys::eventfd_signal(self.wake_fd);
+        }
+    }
+
+    /// Serves the groups' deadlines; returns the time until the next one.
+    fn group_deadlines(&self) -> Option<Duration> {
+        let ids: Vec<u64> = lock(&self.timed_groups).iter().copied().collect();
+        let mut next: Option<Duration> = None;
+        let now = self.now();
+        for id in ids {
+            let g = lock(&self.groups).get(&id).cloned();
+            let left = match g {
+                Some(g) => g.on_deadline(now, &self.timed_groups),
+                None => {
+                    lock(&self.timed_groups).remove(&id);
+                    None
+                }
+            };
+            if let Some(left) = left {
+                next = Some(next.map_or(left, |n| n.min(left)));
+            }
+        }
+        next
+    }
+
     /// The progress thread's loop.
     fn run(&'static self) {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
         loop {
-            let timeout = self.service_deadlines();
+            let timeout = match (self.service_deadlines(), self.group_deadlines()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let n = sys::epoll_wait(self.epfd, &mut evs, timeout).unwrap_or(0);
             for ev in &evs[..n] {
                 let (data, events) = (ev.u64, ev.events);
                 let kind = data & 3;
                 if kind == KIND_WAKE {
-                    let _ = sys::eventfd_drain(self.wake_fd);
+                    if data >> 2 == 0 {
+                        let _ = sys::eventfd_drain(self.wake_fd);
+                    } else {
+                        let g = lock(&self.groups).get(&(data >> 2)).cloned();
+                        if let Some(g) = g {
+                            g.on_event();
+                        }
+                    }
                     continue;
                 }
                 let sh = lock(&self.conns).get(&(data >> 2)).cloned();
@@ -468,11 +536,13 @@ impl Engine {
                     || st.close_deadline.is_some()
                     || st.lazy_until.is_some()
                     || st.hold_until.is_some());
-            drop(st);
             if !keep {
+                // Under the socket's lock: a deadline noted meanwhile (`watch_deadline`, also
+                // under it) must find the id gone and wake this thread, not be removed here.
                 lock(&self.timed).remove(&id);
                 continue;
             }
+            drop(st);
             if let Some(d) = due {
                 let left = d.saturating_sub(self.now());
                 next = Some(next.map_or(left, |n| n.min(left)));
@@ -697,6 +767,7 @@ impl Shared {
             return;
         }
         let ep = self.engine.epfd;
+        let tcp_ep = self.tcp_ep(st);
         if st.lazy_until.is_some()
             && (st.close_deadline.is_some() || st.has_tail() || !st.is_open())
         {
@@ -718,7 +789,7 @@ impl Shared {
             };
             if want != st.tcp_armed
                 && sys::epoll_ctl(
-                    ep,
+                    tcp_ep,
                     libc::EPOLL_CTL_MOD,
                     self.tcp_fd,
                     want | libc::EPOLLONESHOT as u32,
@@ -757,6 +828,7 @@ impl Shared {
         }
         if st.registered
             && !st.finalized
+            && st.group.is_none()
             && st.tcp_armed == 0
             && st.is_open()
             && !st.has_tail()
@@ -801,7 +873,13 @@ impl Shared {
             return;
         }
         let first = st.hold_until.is_none();
-        st.hold_until = Some(now + LAZY_REARM);
+        // (an epoll group's reader works through a batch of events before it reads again)
+        let keep = if st.group.is_some() {
+            group::GROUP_LAZY
+        } else {
+            LAZY_REARM
+        };
+        st.hold_until = Some(now + keep);
         if first {
             HELD.fetch_add(1, Ordering::Relaxed);
             self.engine.watch_deadline(self.id);
@@ -828,7 +906,7 @@ impl Shared {
         if st.registered
             && !st.finalized
             && sys::epoll_ctl(
-                self.engine.epfd,
+                self.tcp_ep(st),
                 libc::EPOLL_CTL_MOD,
                 self.tcp_fd,
                 libc::EPOLLONESHOT as u32,
@@ -892,7 +970,7 @@ impl Shared {
         st.finalized = true;
         if st.registered {
             let ep = self.engine.epfd;
-            let _ = sys::epoll_ctl(ep, libc::EPOLL_CTL_DEL, self.tcp_fd, 0, 0);
+            let _ = sys::epoll_ctl(self.tcp_ep(st), libc::EPOLL_CTL_DEL, self.tcp_fd, 0, 0);
             let _ = sys::epoll_ctl(ep, libc::EPOLL_CTL_DEL, self.eng_end, 0, 0);
             st.registered = false;
         }

@@ -441,7 +441,7 @@ impl DdpSocket {
         Ok(sock)
     }
 
-    fn sh(&self) -> &Shared {
+    pub(crate) fn sh(&self) -> &Shared {
         &self.h.sh
     }
 
