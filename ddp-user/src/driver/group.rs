@@ -296,9 +296,10 @@ impl Drop for GroupVisit<'_> {
             if gs.lazy_until.is_none() {
                 LAZY.fetch_add(1, Ordering::Relaxed);
             }
-            gs.lazy_until = Some(g.engine.now() + GROUP_LAZY);
+            let at = g.engine.now() + GROUP_LAZY;
+            gs.lazy_until = Some(at);
             // (under the group's lock, as the progress thread removes it: never lost)
-            g.engine.watch_group(g.id);
+            g.engine.watch_group(g.id, at);
         }
     }
 }

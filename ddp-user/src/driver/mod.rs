@@ -71,6 +71,9 @@ pub(crate) struct Engine {
     groups: Mutex<HashMap<u64, Arc<group::Group>>>,
     /// Groups whose laziness ends at a deadline.
     timed_groups: Mutex<HashSet<u64>>,
+    /// When the progress thread plans to wake up next (engine time in ns; `u64::MAX`: only
+    /// for an event; 0: it is awake, walking the deadlines).
+    next_wake: AtomicU64,
     /// Receive buffers lent to `ConnState::pump_input` for one call (see `rx_buf_take`).
     rx_bufs: Mutex<Vec<Vec<u8>>>,
     /// Sockets in `conns` (sizes each socket's share of the receive backlog budget).
@@ -243,6 +246,7 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
         timed: Mutex::new(HashSet::new()),
         groups: Mutex::new(HashMap::new()),
         timed_groups: Mutex::new(HashSet::new()),
+        next_wake: AtomicU64::new(0),
         rx_bufs: Mutex::new(Vec::new()),
         sockets: AtomicUsize::new(0),
         flushed: Mutex::new(0),
@@ -424,16 +428,31 @@ impl Engine {
 
     /// The socket has a deadline the progress thread must watch.
     pub(crate) fn watch_deadline(&self, id: u64) {
-        if lock(&self.timed).insert(id) {
+        self.watch_deadline_at(id, None);
+    }
+
+    /// The socket has a deadline the progress thread must watch, at engine time `at` if
+    /// known: the progress thread is woken only if it would sleep past it (a hold or a lazy
+    /// hand-back starts with every request of a request-response loop over many sockets: one
+    /// eventfd write and one wake-up of the progress thread each, before).
+    pub(crate) fn watch_deadline_at(&self, id: u64, at: Option<Duration>) {
+        if lock(&self.timed).insert(id) && self.wakes_after(at) {
             let _ = sys::eventfd_signal(self.wake_fd);
         }
     }
 
-    /// The group's laziness ends at a deadline the progress thread must watch.
-    pub(crate) fn watch_group(&self, id: u64) {
-        if lock(&self.timed_groups).insert(id) {
+    /// The group's laziness ends at `at`, a deadline the progress thread must watch.
+    pub(crate) fn watch_group(&self, id: u64, at: Duration) {
+        if lock(&self.timed_groups).insert(id) && self.wakes_after(Some(at)) {
             let _ = sys::eventfd_signal(self.wake_fd);
         }
+    }
+
+    /// Whether the progress thread's planned wake-up is later than `at` (or unknown): it must
+    /// be woken to see a new deadline. The thread clears its plan before it walks the
+    /// deadlines and sets it only after, so a deadline noted meanwhile always wakes it.
+    fn wakes_after(&self, at: Option<Duration>) -> bool {
+        at.is_none_or(|a| (a.as_nanos() as u64) < self.next_wake.load(Ordering::SeqCst))
     }
 
     /// Serves the groups' deadlines; returns the time until the next one.
@@ -461,10 +480,16 @@ impl Engine {
     fn run(&'static self) {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
         loop {
+            // (0: awake; any deadline noted from now on wakes the next wait at once)
+            self.next_wake.store(0, Ordering::SeqCst);
             let timeout = match (self.service_deadlines(), self.group_deadlines()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
+            self.next_wake.store(
+                timeout.map_or(u64::MAX, |t| (self.now() + t).as_nanos() as u64),
+                Ordering::SeqCst,
+            );
             let n = sys::epoll_wait(self.epfd, &mut evs, timeout).unwrap_or(0);
             for ev in &evs[..n] {
                 let (data, events) = (ev.u64, ev.events);
@@ -835,10 +860,11 @@ impl Shared {
             && st.close_deadline.is_none()
         {
             let first = st.lazy_until.is_none();
-            st.lazy_until = Some(now() + LAZY_REARM);
+            let at = now() + LAZY_REARM;
+            st.lazy_until = Some(at);
             if first {
                 LAZY.fetch_add(1, Ordering::Relaxed);
-                self.engine.watch_deadline(self.id);
+                self.engine.watch_deadline_at(self.id, Some(at));
             }
         }
         self.rearm(st);
@@ -882,7 +908,7 @@ impl Shared {
         st.hold_until = Some(now + keep);
         if first {
             HELD.fetch_add(1, Ordering::Relaxed);
-            self.engine.watch_deadline(self.id);
+            self.engine.watch_deadline_at(self.id, Some(now + keep));
         }
     }
 
