@@ -803,15 +803,15 @@ fn epoll_hint(epfd: c_int, fd: c_int, reg: Option<EpollReg>, sock: Option<&ddp_u
     let Some(big) = e.big.as_mut() else {
         return;
     };
+    // (a socket whose registration goes stays in the group: event loops drop and restore
+    // their read interest per request, and moving the TCP fd out and back costs six
+    // `epoll_ctl`s; a member nobody waits for is served by the progress thread, and a
+    // thread receiving on it reads its input itself)
     if let Some(old) = big.regs.remove(&fd)
         && old.sock != 0
     {
         big.by_sock.remove(&old.sock);
-        if reg.is_none_or(|r| r.sock != old.sock)
-            && let (Some(g), Some(s)) = (&big.group, sock.filter(|s| s.id() == old.sock))
-        {
-            g.remove(s);
-        }
+        big.pending.retain(|&id| id != old.sock);
     }
     if let Some(reg) = reg {
         big.regs.insert(fd, reg);
@@ -930,9 +930,9 @@ unsafe fn add_held(
                 events: bits,
                 u64: h.reg.data,
             };
-            // SAFETY: only an address; the write goes through the kernel.
+            // SAFETY: only an address; the write goes to checked memory.
             let at = unsafe { evs.add(r as usize) };
-            if !write_own(at.cast(), (&raw const e).cast(), EV) {
+            if !write_event(at, e) {
                 return r;
             }
             r += 1;
@@ -982,9 +982,9 @@ unsafe fn report_held(
                 events: h.reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32,
                 u64: h.reg.data,
             };
-            // SAFETY: only an address; the write goes through the kernel.
+            // SAFETY: only an address; the write goes to checked memory.
             let at = unsafe { evs.add(r as usize) };
-            if !write_own(at.cast(), (&raw const e).cast(), EV) {
+            if !write_event(at, e) {
                 return if r > 0 {
                     Ok(r)
                 } else {
@@ -1001,6 +1001,36 @@ unsafe fn report_held(
     let r = cvt(look(if room > 0 { room } else { max }))?;
     // SAFETY: the kernel took `evs` and wrote `r` entries; `max` > 0 (it took it).
     Ok(unsafe { add_held(epfd, held, evs, max, r) })
+}
+
+thread_local! {
+    /// The part of this thread's last `epoll_wait` array known to be writable (`[start,
+    /// end)`: written through the kernel before): an event loop reuses one array, so an event
+    /// appended there is written directly, without a `process_vm_writev` each time.
+    static EVS_OK: core::cell::Cell<(usize, usize)> = const { core::cell::Cell::new((0, 0)) };
+}
+
+/// Writes `e` at `at` of a caller's event array: directly where a write through the kernel
+/// succeeded before, else with `process_vm_writev` (false if it is not writable).
+fn write_event(at: *mut epoll_event, e: epoll_event) -> bool {
+    let a = at as usize;
+    let (start, end) = EVS_OK.with(|c| c.get());
+    if start <= a && a + EV <= end {
+        // SAFETY: this thread wrote these bytes through the kernel before (see `EVS_OK`).
+        unsafe { at.write_unaligned(e) };
+        return true;
+    }
+    if !write_own(at.cast(), (&raw const e).cast(), EV) {
+        return false;
+    }
+    EVS_OK.with(|c| {
+        c.set(if a == end && start < end {
+            (start, a + EV)
+        } else {
+            (a, a + EV)
+        })
+    });
+    true
 }
 
 /// Held sockets reported by one wait at most (the others in later ones).
@@ -1503,7 +1533,8 @@ fn copy_own(pieces: &[(*mut u8, *const u8, usize)], call: libc::c_long) -> bool 
     let got = unsafe {
         libc::syscall(
             call,
-            libc::getpid(),
+            // (the engine's pid saves a `getpid` system call)
+            ddp_user::engine_pid().unwrap_or_else(|| libc::getpid()),
             local.as_ptr(),
             k as libc::c_ulong,
             remote.as_ptr(),

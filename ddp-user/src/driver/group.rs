@@ -6,7 +6,10 @@
 //! ([`crate::PollWait`]: two `epoll_ctl`s per socket and wait at most). For an epoll fd
 //! watching hundreds of DDP sockets that costs more than it saves, so such a set gets a
 //! group: a private epoll fd (the *shadow*) that holds its sockets' TCP fds instead of the
-//! progress thread's set (one-shot, re-armed by whoever serves the input, as there). The
+//! progress thread's set, level-triggered (whoever serves the input leaves the interest as
+//! it is, unless it changes: one `epoll_ctl` less per message than the progress thread's
+//! one-shot interest; a socket an application thread is inside on is disarmed until it
+//! leaves). The
 //! application's `epoll_wait` waits on its own epoll fd and the shadow together and serves
 //! what the shadow reports ([`EpollGroup::ready`], [`EpollGroup::service`]); stream data that
 //! finds the socketpair empty may be held for the reader as after an inline `poll`. The
@@ -271,9 +274,14 @@ impl EpollGroup {
         if !st.group.as_ref().is_some_and(|g| Arc::ptr_eq(g, &self.g)) || st.finalized {
             return false; // (moved on since the shadow reported it)
         }
-        st.tcp_armed = 0;
+        if st.tcp_armed != libc::EPOLLIN as u32 {
+            st.tcp_armed = 0; // (one-shot: used up)
+        }
         if st.inline > 0 {
-            return false; // (the thread inside reads the input and re-arms when it leaves)
+            // The thread inside reads the input and re-arms when it leaves; level-triggered,
+            // the shadow would report it until then.
+            sh.disarm_tcp(&mut st);
+            return false;
         }
         st.poll_reader = may_hold;
         if may_hold && st.is_open() && !st.rd_shut && !st.pair_maybe_readable() {

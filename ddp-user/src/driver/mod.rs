@@ -812,12 +812,20 @@ impl Shared {
             } else {
                 st.tcp_interest()
             };
+            // (level-triggered in an epoll group's shadow while it only waits for input:
+            // whoever serves the input leaves it armed, one `epoll_ctl` less per message; see
+            // `group`. One-shot otherwise: a hang-up, always reported, must not fire forever.)
+            let once = if st.group.is_some() && want == libc::EPOLLIN as u32 {
+                0
+            } else {
+                libc::EPOLLONESHOT as u32
+            };
             if want != st.tcp_armed
                 && sys::epoll_ctl(
                     tcp_ep,
                     libc::EPOLL_CTL_MOD,
                     self.tcp_fd,
-                    want | libc::EPOLLONESHOT as u32,
+                    want | once,
                     self.id << 2 | KIND_TCP,
                 )
                 .is_ok()

@@ -570,14 +570,15 @@ impl DdpSocket {
             return sys::sendmsg(sh.app_end, &iov, flags & libc::MSG_DONTWAIT);
         }
         let total: usize = bufs.iter().map(|b| b.len()).sum();
-        let nonblock = self.nonblocking(flags);
+        // (asked only where it decides something: one `fcntl` less per call)
+        let nonblock = || self.nonblocking(flags);
         {
             let mut st = sh.lock();
             if st.spilled {
                 if sys::inq(sh.eng_end).unwrap_or(0) > 0 {
                     // Earlier bytes wait in the socketpair: these go behind them.
                     drop(st);
-                    return self.spill(bufs, nonblock);
+                    return self.spill(bufs, nonblock());
                 }
                 st.spilled = false;
             }
@@ -637,7 +638,11 @@ impl DdpSocket {
             // Input: not while the TCP fd is held lazily for a thread about to come back for
             // it (a request-response exchange: nothing has arrived yet, a read would only say
             // EAGAIN); the hold ends within LAZY_REARM and the progress thread takes over.
-            let read_input = waited || st.lazy_until.is_none();
+            // Nor for a socket of an epoll group whose TCP fd is armed in the shadow: the
+            // shadow reports input (a read here would mostly say EAGAIN).
+            let read_input = waited
+                || (st.lazy_until.is_none()
+                    && !(st.group.is_some() && st.tcp_armed & libc::EPOLLIN as u32 != 0));
             sh.progress(st, None, read_input);
             sh.end_lent(st);
             if done == total {
@@ -651,7 +656,7 @@ impl DdpSocket {
             if room && st.is_open() {
                 continue; // the writes freed room: take more at once
             }
-            if nonblock {
+            if nonblock() {
                 if done > 0 {
                     return Ok(done);
                 }
@@ -719,7 +724,8 @@ impl DdpSocket {
         }
         let peek = flags & libc::MSG_PEEK != 0;
         let waitall = flags & libc::MSG_WAITALL != 0 && !peek;
-        let nonblock = self.nonblocking(flags);
+        // (asked only when there is nothing to return: one `fcntl` less per call)
+        let nonblock = || self.nonblocking(flags);
         let mut deadline = None;
         let mut g = Inline::enter(sh);
         let mut filled = 0usize;
@@ -818,7 +824,7 @@ impl DdpSocket {
                     continue;
                 }
             }
-            if nonblock {
+            if nonblock() {
                 return if filled > 0 {
                     Ok(filled)
                 } else {
