@@ -283,15 +283,7 @@ impl EpollGroup {
             sh.disarm_tcp(&mut st);
             return false;
         }
-        st.poll_reader = may_hold;
-        if may_hold && st.is_open() && !st.rd_shut && !st.pair_maybe_readable() {
-            st.hold = true;
-        }
-        sh.progress(&mut st, None, true);
-        if st.hold {
-            sh.note_hold(&mut st);
-        }
-        st.hold
+        sh.serve_round(&mut st, may_hold)
     }
 }
 

@@ -754,6 +754,25 @@ impl Shared {
         }
     }
 
+    /// One round of the socket's work for an application thread its TCP fd was reported
+    /// ready to ([`socket::PollWait::service`], [`group::EpollGroup::service`]): with
+    /// `may_hold`, stream data that finds the socketpair empty is held for the reader (true:
+    /// the caller must report it readable; see `ConnState::hold`).
+    pub(crate) fn serve_round(&self, st: &mut ConnState, may_hold: bool) -> bool {
+        st.poll_reader = may_hold;
+        // (a backlog already waiting is the front of the stream while the socketpair is
+        // empty: it is held too, and read before what arrives now)
+        if may_hold && st.is_open() && !st.rd_shut && !st.pair_maybe_readable() {
+            st.hold = true;
+        }
+        self.progress(st, None, true);
+        // (flush_backlog ends the hold at once if nothing stream-like arrived)
+        if st.hold {
+            self.note_hold(st);
+        }
+        st.hold
+    }
+
     /// A one-shot epoll event for this socket, on the progress thread.
     fn on_event(&self, kind: u64, _events: u32) {
         let mut st = self.lock();

@@ -236,19 +236,7 @@ impl PollWait {
 
     fn service_as(&self, may_hold: bool) -> bool {
         let sh = self.sock.sh();
-        let mut st = sh.lock();
-        st.poll_reader = may_hold;
-        // (a backlog already waiting is the front of the stream while the socketpair is
-        // empty: it is held too, and read before what arrives now)
-        if may_hold && st.is_open() && !st.rd_shut && !st.pair_maybe_readable() {
-            st.hold = true;
-        }
-        sh.progress(&mut st, None, true);
-        // (flush_backlog ends the hold at once if nothing stream-like arrived)
-        if st.hold {
-            sh.note_hold(&mut st);
-        }
-        st.hold
+        sh.serve_round(&mut sh.lock(), may_hold)
     }
 }
 
@@ -480,22 +468,13 @@ impl DdpSocket {
     /// `POLLIN` for the fd itself (as [`PollWait::service`] says), and the bytes go from the
     /// engine straight into the reader's buffer instead of through the socketpair.
     pub fn poll_held(&self) -> bool {
-        let sh = self.sh();
-        if sh.in_child() {
-            return false;
-        }
-        let mut st = sh.lock();
-        st.poll_reader = true;
-        let held = st.hold && !st.backlog.is_empty() && !st.rd_shut && !st.finalized;
-        if held {
-            sh.note_hold(&mut st);
-        }
-        held
+        self.epoll_held().is_some()
     }
 
     /// For `epoll_wait` on a set that watches this socket for input (and nothing else does):
     /// as [`DdpSocket::poll_held`], with the count of stream bytes received so far when data
-    /// is held (it changes with every arrival: what an edge-triggered registration reports).
+    /// is held (it changes with every arrival: what an edge-triggered registration reports;
+    /// None: nothing held).
     pub fn epoll_held(&self) -> Option<u64> {
         let sh = self.sh();
         if sh.in_child() {
