@@ -44,3 +44,18 @@ wait_port() {
 
 # build_release: the release build of the workspace (libexsock.so and the tools).
 build_release() { cargo build --release --workspace --quiet; }
+
+# Where the test-apps are built, and the runner that preloads libexsock.so.
+apps=$CARGO_TARGET_DIR/test-apps
+run=$EXSOCK_ROOT/scripts/exsock-run
+
+# build_lib_and_apps MAKE-TARGET...: libexsock.so (release) and the test-apps targets (in
+# $apps); exports EXSOCK_LIB.
+build_lib_and_apps() {
+  need_cmd gcc
+  need_cmd make
+  say "building libexsock.so and test-apps"
+  (cd "$EXSOCK_ROOT" && cargo build --release -p preload --quiet)
+  export EXSOCK_LIB=$CARGO_TARGET_DIR/release/libexsock.so
+  make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" "$@" >&2
+}

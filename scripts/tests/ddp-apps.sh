@@ -14,15 +14,7 @@
 # timeout: 600
 . "$(dirname "$0")/../lib/common.sh"
 
-need_cmd gcc
-need_cmd make
-
-say "building libexsock.so and test-apps"
-(cd "$EXSOCK_ROOT" && cargo build --release -p preload --quiet)
-export EXSOCK_LIB=$CARGO_TARGET_DIR/release/libexsock.so
-run=$EXSOCK_ROOT/scripts/exsock-run
-apps=$CARGO_TARGET_DIR/test-apps
-make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" xs >&2
+build_lib_and_apps xs
 
 tmp=$(mktemp -d)
 spid=

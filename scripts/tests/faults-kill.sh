@@ -26,15 +26,7 @@
 . "$(dirname "$0")/../lib/common.sh"
 
 fail() { printf 'FAIL: %s\n' "$*"; exit 1; }
-need_cmd gcc
-need_cmd make
-
-say "building libexsock.so and test-apps"
-(cd "$EXSOCK_ROOT" && cargo build --release -p preload --quiet)
-export EXSOCK_LIB=$CARGO_TARGET_DIR/release/libexsock.so
-run=$EXSOCK_ROOT/scripts/exsock-run
-apps=$CARGO_TARGET_DIR/test-apps
-make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" xs chaos >&2
+build_lib_and_apps xs chaos
 
 tmp=$(mktemp -d)
 pids=()

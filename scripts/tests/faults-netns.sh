@@ -29,12 +29,7 @@ need_cmd tc iproute2
 need_cmd nft nftables
 need_cmd ethtool
 
-say "building libexsock.so and test-apps"
-(cd "$EXSOCK_ROOT" && cargo build --release -p preload --quiet)
-export EXSOCK_LIB=$CARGO_TARGET_DIR/release/libexsock.so
-run=$EXSOCK_ROOT/scripts/exsock-run
-apps=$CARGO_TARGET_DIR/test-apps
-make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" xs "$apps/chaos-relay" >&2
+build_lib_and_apps xs "$apps/chaos-relay"
 
 scale=${FAULTS_SCALE:-1}
 drop_pct=${FAULTS_DROP_PCT:-1}

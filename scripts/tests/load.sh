@@ -17,14 +17,7 @@ if [ "${1:-}" = --full ]; then seconds=${LOAD_SECONDS:-120}; sample=${LOAD_SAMPL
 conns=${LOAD_CONNS:-1000}
 threads=${LOAD_THREADS:-4}
 
-need_cmd gcc
-need_cmd make
-say "building libexsock.so and test-apps"
-(cd "$EXSOCK_ROOT" && cargo build --release -p preload --quiet)
-export EXSOCK_LIB=$CARGO_TARGET_DIR/release/libexsock.so
-run=$EXSOCK_ROOT/scripts/exsock-run
-apps=$CARGO_TARGET_DIR/test-apps
-make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" load >&2
+build_lib_and_apps load
 
 tmp=$(mktemp -d)
 spid=

@@ -11,12 +11,7 @@ need_cmd gcc
 need_cmd make
 need_cmd nm binutils
 
-say "building libexsock.so and test-apps"
-(cd "$EXSOCK_ROOT" && cargo build --release -p preload --quiet)
-export EXSOCK_LIB=$CARGO_TARGET_DIR/release/libexsock.so
-run=$EXSOCK_ROOT/scripts/exsock-run
-apps=$CARGO_TARGET_DIR/test-apps
-make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" "$apps/errno-parity" >&2
+build_lib_and_apps "$apps/errno-parity"
 
 fail() { printf 'FAIL: %s\n' "$*"; exit 1; }
 tmp=$(mktemp -d)

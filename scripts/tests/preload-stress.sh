@@ -7,15 +7,7 @@
 # timeout: 120
 . "$(dirname "$0")/../lib/common.sh"
 
-need_cmd gcc
-need_cmd make
-
-say "building libexsock.so and test-apps"
-(cd "$EXSOCK_ROOT" && cargo build --release -p preload --quiet)
-export EXSOCK_LIB=$CARGO_TARGET_DIR/release/libexsock.so
-run=$EXSOCK_ROOT/scripts/exsock-run
-apps=$CARGO_TARGET_DIR/test-apps
-make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" "$apps/pt-stress" >&2
+build_lib_and_apps "$apps/pt-stress"
 
 fail() { printf 'FAIL: %s\n' "$*"; exit 1; }
 seconds=${EXSOCK_STRESS_SECONDS:-4}
