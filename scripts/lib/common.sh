@@ -59,3 +59,11 @@ build_lib_and_apps() {
   export EXSOCK_LIB=$CARGO_TARGET_DIR/release/libexsock.so
   make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" "$@" >&2
 }
+
+# tmp_and_server: a scratch directory $tmp and a server pid slot $spid (set it when a server
+# starts, clear it when it is reaped); on exit the server, if any, is killed and $tmp removed.
+tmp_and_server() {
+  tmp=$(mktemp -d)
+  spid=
+  trap '[ -n "$spid" ] && kill "$spid" 2>/dev/null; rm -rf "$tmp"' EXIT
+}

@@ -16,13 +16,7 @@
 
 build_lib_and_apps xs
 
-tmp=$(mktemp -d)
-spid=
-cleanup() {
-  [ -n "$spid" ] && kill "$spid" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+tmp_and_server
 fail() { printf 'FAIL: %s\n' "$*"; exit 1; }
 
 SIZES=0,1,4095,4096,65536,1048577,16M

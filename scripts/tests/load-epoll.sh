@@ -16,13 +16,7 @@
 fail() { printf 'FAIL: %s\n' "$*"; exit 1; }
 build_lib_and_apps load
 
-tmp=$(mktemp -d)
-spid=
-cleanup() {
-  [ -n "$spid" ] && kill "$spid" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+tmp_and_server
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 # one_run LABEL N [ENV=VALUE...]: a server and a client of N connections, 2 s of streaming

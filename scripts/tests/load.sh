@@ -19,13 +19,7 @@ threads=${LOAD_THREADS:-4}
 
 build_lib_and_apps load
 
-tmp=$(mktemp -d)
-spid=
-cleanup() {
-  [ -n "$spid" ] && kill "$spid" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+tmp_and_server
 
 # each DDP connection holds 5 fds in each process
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
