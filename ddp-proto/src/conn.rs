@@ -68,9 +68,11 @@ use crate::ddp::tagged::{self, CheckLayer};
 use crate::ddp::untagged::{QueueRx, QueueTx, SendPlacement, SendRx, SendSink};
 use crate::ddp::{Access, Memory, STag, Sge, SgeList, sge_pieces, sge_total};
 use crate::error::{ProtoError, TermCode, TermLayer};
-use crate::mpa::deframer::{Deframer, Event as DfEvent, RxConfig, UlpduHeader};
+use crate::mpa::deframer::{
+    Deframer, Event as DfEvent, RxConfig, UNTAGGED_HEADER_LEN, UlpduHeader,
+};
 use crate::mpa::framer::{Framer, Piece, TxConfig};
-use crate::mpa::markers::MAX_ULPDU_LEN;
+use crate::mpa::markers::{MAX_ULPDU_LEN, fpdu_len_without_markers};
 use crate::mpa::startup::{Negotiated, RtrKind};
 use crate::rdmap;
 use crate::rdmap::reads::{InboundReads, OutboundReads, OutstandingRead};
@@ -230,6 +232,16 @@ pub enum DirectTarget {
         /// Address.
         addr: u64,
     },
+    /// Stream data, into the reader's buffer ([`Memory::stream_room`]), unverified until
+    /// its FPDU's CRC checks. Place it only if [`Memory::stream_room`]`(at)` is at least
+    /// `left`, so that the FPDU can end there.
+    Stream {
+        /// Unverified bytes of this FPDU already in the reader's buffer: the place is
+        /// right after them.
+        at: usize,
+        /// Payload bytes of this FPDU still to come (`len` of the plan is the next run).
+        left: usize,
+    },
 }
 
 /// What the driver should do with the next received bytes.
@@ -344,6 +356,9 @@ pub struct Stats {
     pub bytes_placed_direct: u64,
     /// Payload bytes placed from buffered input.
     pub bytes_placed_buffered: u64,
+    /// Unverified stream bytes taken back out of a reader's buffer
+    /// ([`Connection::unplace_stream`]).
+    pub bytes_unplaced: u64,
     /// Payload bytes of tagged messages received and placed (RDMA Writes, Read Responses).
     pub bytes_tagged_in: u64,
     /// Payload bytes of the Read Responses we sent (the peer's RDMA Reads served).
@@ -511,6 +526,9 @@ pub struct Connection {
     orq: OutboundReads,
     irq: InboundReads,
     stream_buf: Vec<u8>,
+    /// Payload bytes of the current stream FPDU in the reader's buffer, unverified
+    /// ([`Memory::stream_place`]); `stream_buf` holds the ones after them.
+    stream_placed: usize,
     // ---- out ----
     events: VecDeque<Event>,
     error: Option<ProtoError>,
@@ -563,6 +581,7 @@ impl Connection {
             orq: OutboundReads::new(u32::from(neg.ord)),
             irq: InboundReads::new(u32::from(neg.ird)),
             stream_buf: Vec::new(),
+            stream_placed: 0,
             events: VecDeque::new(),
             error: None,
             stats: Stats::default(),
@@ -975,6 +994,7 @@ impl Connection {
         }
         while self.irq.advance(u32::MAX, true).is_some() {}
         self.stream_buf.clear();
+        self.stream_placed = 0;
     }
 
     // ------------------------------------------------------------------ receive
@@ -1049,6 +1069,7 @@ impl Connection {
             return false;
         };
         self.stream_buf.is_empty()
+            && self.stream_placed == 0
             && (!self.deframer.config().crc || (done == 0 && n == len))
             && self.deframer.verified_ahead(data, end)
     }
@@ -1234,8 +1255,14 @@ impl Connection {
             } => {
                 let at = *done as u64;
                 debug_assert!(*done + data.len() <= *len);
+                let left = *len - *done;
                 *done += data.len();
                 let target = *target;
+                if target == Target::Stream {
+                    self.stream_piece(data, left, mem);
+                    self.stats.bytes_placed_buffered += data.len() as u64;
+                    return Ok(());
+                }
                 if let Err(e) = self.place(target, at, data, mem) {
                     self.fail(e, None);
                     return Err(e);
@@ -1288,6 +1315,34 @@ impl Connection {
                 place_sges(sges, offset + at, data, mem)
             }
         }
+    }
+
+    /// A piece of stream payload from buffered input, `left` bytes of its FPDU still to
+    /// come (this piece included): into the reader's buffer if the rest of the FPDU fits
+    /// there, else kept until the FPDU's CRC checks.
+    fn stream_piece<M: Memory + ?Sized>(&mut self, data: &[u8], left: usize, mem: &mut M) {
+        if self.stream_buf.is_empty() && mem.stream_room(self.stream_placed) >= left {
+            mem.stream_place(self.stream_placed, data);
+            self.stream_placed += data.len();
+        } else {
+            self.stream_buf.extend_from_slice(data);
+        }
+    }
+
+    /// The reader's buffer goes away ([`Memory::stream_room`]): the unverified stream bytes
+    /// placed there come back into the connection, to be delivered when their FPDU's CRC
+    /// checks. A driver calls this before every session whose memory offered stream room
+    /// ends.
+    pub fn unplace_stream<M: Memory + ?Sized>(&mut self, mem: &M) {
+        let n = core::mem::take(&mut self.stream_placed);
+        if n == 0 {
+            return;
+        }
+        let mut v = Vec::with_capacity(n + self.stream_buf.len());
+        mem.stream_unverified(0, n, &mut |b| v.extend_from_slice(b));
+        v.extend_from_slice(&self.stream_buf);
+        self.stream_buf = v;
+        self.stats.bytes_unplaced += n as u64;
     }
 
     fn on_end<M: Memory + ?Sized>(&mut self, mem: &mut M) -> Result<(), ProtoError> {
@@ -1391,6 +1446,9 @@ impl Connection {
                 Ok(())
             }
             _ => {
+                if target == Target::Stream && self.stream_placed > 0 {
+                    mem.stream_commit(core::mem::take(&mut self.stream_placed));
+                }
                 if target == Target::Stream && !self.stream_buf.is_empty() {
                     mem.deliver_stream(&self.stream_buf);
                     self.stream_buf.clear();
@@ -1509,7 +1567,10 @@ impl Connection {
         if !matches!(self.state, State::Open | State::Closing) {
             return RxPlan::Buffered;
         }
-        let RxSeg::Place { target, done, .. } = &self.rx else {
+        let RxSeg::Place {
+            target, done, len, ..
+        } = &self.rx
+        else {
             return RxPlan::Buffered;
         };
         let run = self.deframer.payload_run();
@@ -1548,7 +1609,92 @@ impl Connection {
                 Some(r) => sge_target(&r.sink, offset + at),
                 None => RxPlan::Buffered,
             },
+            Target::Stream if self.stream_buf.is_empty() => RxPlan::Direct {
+                target: DirectTarget::Stream {
+                    at: self.stream_placed,
+                    left: *len - *done,
+                },
+                len: run,
+            },
             Target::None | Target::Stream => RxPlan::Buffered,
+        }
+    }
+
+    /// Octets of the next FPDU to arrive (on the wire) if its payload is data for the
+    /// reader's stream, told from `peek`, the next octets of the TCP stream (at least its
+    /// ULPDU_LENGTH and DDP/RDMAP header): the receive side is between FPDUs, no markers,
+    /// and the FPDU is a Send segment on QN 0 that finds no posted receive. `None` whenever
+    /// it cannot tell. A driver may then leave those octets in the kernel for the reader's
+    /// own receive (where they go straight into its buffer) once that many are waiting.
+    pub fn next_stream_fpdu_len(&self, peek: &[u8]) -> Option<usize> {
+        let at_boundary = self.state == State::Open
+            && matches!(self.rx, RxSeg::Idle)
+            && self.deframer.is_idle()
+            && !self.deframer.config().markers
+            && self.stream_buf.is_empty()
+            && self.stream_placed == 0;
+        let stream_sink = match self.send_rx.current() {
+            Some(s) => matches!(s, SendSink::Stream),
+            None => self.send_rx.posted_len() == 0 && self.send_rx.mode() == RecvMode::Stream,
+        };
+        if !at_boundary || !stream_sink || peek.len() < 2 + UNTAGGED_HEADER_LEN {
+            return None;
+        }
+        let ulpdu_len = usize::from(u16::from_be_bytes([peek[0], peek[1]]));
+        let u = &peek[2..];
+        // DDP: T clear, DV 1; RDMAP: version 1, a Send opcode; QN 0.
+        let (ddp_ctrl, rdmap_ctrl) = (u[0], u[1]);
+        let send = matches!(rdmap_ctrl & 0x0f, 0x3..=0x6);
+        let qn = u32::from_be_bytes([u[6], u[7], u[8], u[9]]);
+        let plausible =
+            ulpdu_len > UNTAGGED_HEADER_LEN && ulpdu_len <= self.deframer.config().max_ulpdu;
+        (ddp_ctrl & 0x80 == 0
+            && ddp_ctrl & 0x03 == 1
+            && rdmap_ctrl >> 6 == 1
+            && send
+            && qn == 0
+            && plausible)
+            .then(|| fpdu_len_without_markers(ulpdu_len))
+    }
+
+    /// Octets of the stream up to the end of the FPDU whose payload is being received (no
+    /// markers); `None` otherwise.
+    pub fn rx_octets_to_end(&self) -> Option<usize> {
+        self.deframer.octets_to_end()
+    }
+
+    /// While the payload of a stream-data FPDU is being received (none of it in a reader's
+    /// buffer yet, no markers): the octets still to come up to the end of the FPDU.
+    pub fn stream_fpdu_left(&self) -> Option<usize> {
+        match self.rx {
+            RxSeg::Place {
+                target: Target::Stream,
+                ..
+            } if self.state == State::Open && self.stream_placed == 0 => {
+                self.deframer.octets_to_end()
+            }
+            _ => None,
+        }
+    }
+
+    /// A reader's buffer has come ([`Memory::stream_room`]) while the connection keeps the
+    /// start of a stream-data FPDU: if the whole FPDU fits there, what was kept goes there
+    /// now (copied, as its delivery would), so that the rest can be placed there directly.
+    pub fn adopt_stream_sink<M: Memory + ?Sized>(&mut self, mem: &mut M) {
+        let RxSeg::Place {
+            target: Target::Stream,
+            len,
+            done,
+            ..
+        } = self.rx
+        else {
+            return;
+        };
+        let kept = self.stream_buf.len();
+        if self.stream_placed == 0 && kept > 0 && mem.stream_room(0) >= kept + (len - done) {
+            mem.stream_place(0, &self.stream_buf);
+            self.stream_placed = kept;
+            self.stream_buf.clear();
         }
     }
 
@@ -1570,11 +1716,20 @@ impl Connection {
             panic!("placed_direct without a direct plan");
         };
         assert!(len <= max, "placed_direct: {len} bytes, plan allows {max}");
-        let bytes = match target {
-            DirectTarget::Region { stag, offset } => mem.read(stag, offset, len),
-            DirectTarget::Local { addr } => mem.local(addr, len).expect("direct target vanished"),
-        };
-        self.deframer.consume_placed(bytes);
+        match target {
+            DirectTarget::Region { stag, offset } => {
+                self.deframer.consume_placed(mem.read(stag, offset, len));
+            }
+            DirectTarget::Local { addr } => {
+                let bytes = mem.local(addr, len).expect("direct target vanished");
+                self.deframer.consume_placed(bytes);
+            }
+            DirectTarget::Stream { at, .. } => {
+                let d = &mut self.deframer;
+                mem.stream_unverified(at, len, &mut |b| d.consume_placed(b));
+                self.stream_placed += len;
+            }
+        }
         self.stats.bytes_placed_direct += len as u64;
         if let RxSeg::Place { done, .. } = &mut self.rx {
             *done += len;

@@ -1540,15 +1540,30 @@ impl Side {
         }
         let data = core::mem::take(&mut self.inbox);
         let mut rng = Rng::new(u64::from(sel));
+        // A reader's buffer with room for stream data (a driver's session), taken back at
+        // the end of this feed.
+        self.mem.stream_sink = if self.direct {
+            rng.below(4000) as usize
+        } else {
+            0
+        };
         let mut off = 0;
         while off < data.len() {
+            let plan = match self.conn.rx_plan() {
+                RxPlan::Direct {
+                    target: DirectTarget::Stream { at, left },
+                    ..
+                } if self.mem.stream_room(at) < left => RxPlan::Buffered,
+                p => p,
+            };
             if self.direct
-                && let RxPlan::Direct { target, len } = self.conn.rx_plan()
+                && let RxPlan::Direct { target, len } = plan
             {
                 assert!(len > 0, "empty direct plan");
                 let n = len.min(data.len() - off).min(1 + rng.below(700) as usize);
                 let bytes = &data[off..off + n];
                 match target {
+                    DirectTarget::Stream { at, .. } => self.mem.stream_place(at, bytes),
                     DirectTarget::Local { addr } => self.mem.fill(addr, bytes),
                     DirectTarget::Region { stag, offset } => {
                         let r = self.mem.region(stag).expect("direct target is registered");
@@ -1583,6 +1598,9 @@ impl Side {
             off += n;
             self.drain(peer_sends);
         }
+        self.conn.unplace_stream(&self.mem);
+        self.mem.unverified.clear();
+        self.mem.stream_sink = 0;
         true
     }
 

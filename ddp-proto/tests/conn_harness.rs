@@ -64,6 +64,9 @@ pub struct Opts {
     pub rtr: Option<RtrKind>,
     pub chunking: Chunking,
     pub direct: bool,
+    /// Room of the simulated reader's buffer for unverified stream data (random up to
+    /// this, per session; sessions end at random and at the end of each feed).
+    pub sink: usize,
     pub mem_size: usize,
     pub seed: u64,
     pub pd: u32,
@@ -84,6 +87,7 @@ impl Default for Opts {
             rtr: None,
             chunking: Chunking::Whole,
             direct: false,
+            sink: 0,
             mem_size: 1 << 16,
             seed: 1,
             pd: 1,
@@ -250,16 +254,38 @@ impl Pair {
             _ => {}
         }
         let mut off = 0;
+        let sink = self.opts.sink;
+        let session = |s: &mut Side, rng: &mut Rng| {
+            s.conn.unplace_stream(&s.mem);
+            s.mem.unverified.clear();
+            s.mem.stream_sink = if sink > 0 {
+                rng.below(sink as u64 + 1) as usize
+            } else {
+                0
+            };
+        };
+        session(s, &mut self.rng);
         while off < limit {
+            if sink > 0 && self.rng.below(8) == 0 {
+                session(s, &mut self.rng);
+            }
+            let plan = match s.conn.rx_plan() {
+                RxPlan::Direct {
+                    target: DirectTarget::Stream { at, left },
+                    ..
+                } if s.mem.stream_room(at) < left => RxPlan::Buffered,
+                p => p,
+            };
             // direct placement when offered
             if self.opts.direct
-                && let RxPlan::Direct { target, len } = s.conn.rx_plan()
+                && let RxPlan::Direct { target, len } = plan
             {
                 let n = len
                     .min(limit - off)
                     .min(chunk(&mut self.rng, self.opts.chunking, len));
                 let bytes = &data[off..off + n];
                 match target {
+                    DirectTarget::Stream { at, .. } => s.mem.stream_place(at, bytes),
                     DirectTarget::Local { addr } => s.mem.fill(addr, bytes),
                     DirectTarget::Region { stag, offset } => {
                         let base = s.mem.region(stag).expect("validated").base;
@@ -287,6 +313,7 @@ impl Pair {
             off += n;
             drain_events(s);
         }
+        session(s, &mut self.rng);
         *fed += data.len();
         true
     }

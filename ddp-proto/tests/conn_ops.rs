@@ -121,26 +121,52 @@ fn send_multi_sge_both_ends() {
     assert_eq!(p.b.recv_completions()[0].byte_len, 433);
 }
 
+/// Stream data arrives in order, whether it waits in the connection until its CRC checks,
+/// or is placed unverified into a reader's buffer (directly from the socket or from buffered
+/// input), and whether that buffer goes away before the FPDU ends (taken back) or not.
 #[test]
 fn stream_mode_delivers_in_order() {
-    let mut p = Pair::new(Opts {
-        mode_b: RecvMode::Stream,
-        chunking: Chunking::Random(50),
-        mulpdu: 300,
-        ..Opts::default()
-    });
-    let mut want = Vec::new();
-    for i in 0..20u64 {
-        let len = (i * 97 % 1000) as u32;
-        p.a.conn
-            .post_send(i, &[Sge::new(BASE + i * 1000, len)], flags())
-            .unwrap();
-        want.extend_from_slice(p.a.mem.bytes(BASE + i * 1000, len as usize));
+    for (direct, sink, chunking, crc) in [
+        (false, 0, Chunking::Random(50), true),
+        (false, 700, Chunking::Random(50), true),
+        (true, 0, Chunking::Random(50), true),
+        (true, 700, Chunking::Random(50), true),
+        (true, 700, Chunking::Random(50), false),
+        (true, 5000, Chunking::Random(400), true),
+        (true, 5000, Chunking::Whole, true),
+    ] {
+        let mut p = Pair::new(Opts {
+            mode_b: RecvMode::Stream,
+            chunking,
+            mulpdu: 300,
+            direct,
+            sink,
+            crc,
+            ..Opts::default()
+        });
+        let mut want = Vec::new();
+        for i in 0..20u64 {
+            let len = (i * 97 % 1000) as u32;
+            p.a.conn
+                .post_send(i, &[Sge::new(BASE + i * 1000, len)], flags())
+                .unwrap();
+            want.extend_from_slice(p.a.mem.bytes(BASE + i * 1000, len as usize));
+        }
+        p.drive();
+        let what = format!("direct {direct}, sink {sink}, {chunking:?}, crc {crc}");
+        assert!(p.b.mem.stream == want, "{what}: stream differs");
+        assert!(p.b.recv_completions().is_empty(), "{what}");
+        assert_eq!(p.a.completions().len(), 20, "{what}");
+        let st = p.b.conn.stats();
+        if direct && sink > 0 {
+            assert!(st.bytes_placed_direct > 0, "{what}: {st:?}");
+        } else if sink == 0 {
+            assert_eq!(st.bytes_placed_direct, 0, "{what}: {st:?}");
+        }
+        if sink > 0 && chunking != Chunking::Whole {
+            assert!(st.bytes_unplaced > 0, "{what}: {st:?}");
+        }
     }
-    p.drive();
-    assert_eq!(p.b.mem.stream, want);
-    assert!(p.b.recv_completions().is_empty());
-    assert_eq!(p.a.completions().len(), 20);
 }
 
 /// Stream data goes to the application before its FPDU's End only when its CRC is already
@@ -148,11 +174,19 @@ fn stream_mode_delivers_in_order() {
 /// it (the FPDUs before it are delivered, the connection fails with a CRC error).
 #[test]
 fn stream_mode_delivers_nothing_of_a_bad_fpdu() {
-    for chunking in [Chunking::Whole, Chunking::Random(700)] {
+    for (chunking, direct, sink) in [
+        (Chunking::Whole, false, 0),
+        (Chunking::Random(700), false, 0),
+        (Chunking::Random(700), false, 3000),
+        (Chunking::Random(700), true, 3000),
+        (Chunking::Random(2000), true, 3000),
+    ] {
         for (what, at) in [("payload", 1460 + 2 + 18 + 100), ("CRC", 2 * 1460 - 2)] {
             let mut p = Pair::new(Opts {
                 mode_b: RecvMode::Stream,
                 chunking,
+                direct,
+                sink,
                 mem_size: 16384,
                 ..Opts::default()
             });
@@ -165,7 +199,8 @@ fn stream_mode_delivers_nothing_of_a_bad_fpdu() {
             p.drive();
             assert!(
                 p.b.mem.stream == first,
-                "{what} flip, {chunking:?}: {} stream bytes delivered, want the first FPDU's {}",
+                "{what} flip, {chunking:?}, direct {direct}, sink {sink}: {} stream bytes \
+                 delivered, want the first FPDU's {}",
                 p.b.mem.stream.len(),
                 first.len()
             );

@@ -500,6 +500,113 @@ static int c_poll(void)
 	return 0;
 }
 
+/* Reads exactly n bytes of pattern (seed, off) with raw ppoll/read syscalls (the library does not
+ * see them); bounded. */
+static int get_raw(int fd, size_t n, uint64_t seed, uint64_t off, const char *what)
+{
+	uint8_t *b = malloc(n ? n : 1);
+	if (!b)
+		return fail_(__LINE__, 0, 0, "malloc");
+	size_t got = 0;
+	uint64_t dl = xs_deadline(WAIT_MS);
+	while (got < n && xs_ms_left(dl) > 0) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		struct timespec ts = { 0, 100 * 1000 * 1000 };
+		long r = syscall(SYS_ppoll, &p, 1, &ts, NULL, 8);
+		if (r <= 0)
+			continue;
+		r = syscall(SYS_read, fd, b + got, n - got);
+		if (r > 0)
+			got += (size_t)r;
+		else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+			free(b);
+			return fail_(__LINE__, r < 0, errno, "%s: raw read = %ld after %zu of %zu bytes", what, r,
+				     got, n);
+		}
+	}
+	size_t bad;
+	int mismatch = got == n && xs_check(b, n, seed, off, &bad);
+	free(b);
+	REQ(got == n, "%s: %zu of %zu bytes within %d ms", what, got, n, WAIT_MS);
+	REQ(!mismatch, "%s: content mismatch at byte %zu of %zu", what, bad, n);
+	return 0;
+}
+
+/* Large messages, whose FPDUs are large: after POLLIN the data may still wait in the kernel for
+ * the reader's own receive, which places it straight into its buffer. Every way of reading after
+ * POLLIN gets every byte in order. */
+static int c_poll_large(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	uint64_t seed = xs_seed(61, 62, 63);
+	const size_t msg = 64 * 1024;
+	uint64_t off = 0;
+	uint8_t *b = malloc(msg + 4096);
+	REQ(b, "malloc");
+	/* (raw reads last: after them the library cannot know the socketpair is empty) */
+	static const int ways[] = { 0, 1, 0, 2, 0, 3, 0, 5, 0, 1, 2, 3, 5, 0, 0, 4 };
+	for (int round = 0; round < (int)(sizeof ways / sizeof ways[0]); round++) {
+		TRY(put(s, msg, seed, off, "server write"));
+		struct pollfd p = { .fd = c, .events = POLLIN };
+		int r = poll(&p, 1, WAIT_MS);
+		if (r != 1 || !(p.revents & POLLIN)) {
+			free(b);
+			return fail_(__LINE__, r < 0, errno, "round %d: poll = %d revents 0x%x", round, r,
+				     p.revents);
+		}
+		char what[64];
+		snprintf(what, sizeof what, "round %d (way %d)", round, ways[round]);
+		size_t bad;
+		int avail = -1;
+		ssize_t n;
+		switch (ways[round]) {
+		case 0: /* whole messages */
+			TRY(get(c, msg, seed, off, what));
+			break;
+		case 1: /* a small piece, then the rest */
+			TRY(get(c, 1000, seed, off, what));
+			TRY(get(c, msg - 1000, seed, off + 1000, what));
+			break;
+		case 2: /* MSG_PEEK first: the same bytes, still there */
+			n = recv(c, b, 100, MSG_PEEK);
+			REQE(n > 0 && n <= 100, "%s: recv(MSG_PEEK) = %zd", what, n);
+			REQ(!xs_check(b, (size_t)n, seed, off, &bad), "%s: peeked bytes differ at %zu", what,
+			    bad);
+			TRY(get(c, msg, seed, off, what));
+			break;
+		case 3: /* FIONREAD after POLLIN: something to read */
+			REQE(ioctl(c, FIONREAD, &avail) == 0, "%s: ioctl(FIONREAD)", what);
+			REQ(avail > 0 && (size_t)avail <= msg, "%s: FIONREAD = %d after POLLIN", what, avail);
+			TRY(get(c, msg, seed, off, what));
+			break;
+		case 4: /* raw syscalls after POLLIN: the bytes reach the fd itself */
+			TRY(get_raw(c, msg, seed, off, what));
+			break;
+		case 5: /* a buffer larger than the message, one nonblocking call, then the rest */
+			n = recv(c, b, msg + 4096, MSG_DONTWAIT);
+			REQE(n > 0 && (size_t)n <= msg, "%s: recv = %zd", what, n);
+			REQ(!xs_check(b, (size_t)n, seed, off, &bad), "%s: mismatch at %zu", what, bad);
+			if ((size_t)n < msg)
+				TRY(get(c, msg - (size_t)n, seed, off + (size_t)n, what));
+			break;
+		}
+		off += msg;
+	}
+	free(b);
+	/* the reader's buffers took the payload straight from the socket at least once */
+	if (!tcp_mode) {
+		struct ddp_conn_info ci;
+		TRY(get_info(c, &ci));
+		REQ(ci.placed_direct > 0, "no byte placed directly (%llu bytes received)",
+		    (unsigned long long)ci.bytes_rx);
+	}
+	TRY(both_ways(c, s, "after large messages"));
+	close(c);
+	close(s);
+	return 0;
+}
+
 static int c_select(void)
 {
 	int c, s;
@@ -2135,6 +2242,7 @@ struct tcase {
 };
 static const struct tcase cases[] = {
 	{ "poll", c_poll, "poll/ppoll: no POLLIN before data, POLLIN after, POLLOUT, partial reads" },
+	{ "poll-large", c_poll_large, "large messages after POLLIN: whole, pieces, MSG_PEEK, FIONREAD, raw read" },
 	{ "write-reuse", c_write_reuse, "large writes, buffer overwritten at once: peer gets every byte as written" },
 	{ "select", c_select, "select/pselect readability and writability, partial reads, time left, EBADF, EFAULT" },
 	{ "epoll-lt", c_epoll_lt, "epoll level-triggered: reported until drained, EPOLLOUT, epoll_pwait2, DEL" },

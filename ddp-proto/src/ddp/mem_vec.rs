@@ -35,6 +35,12 @@ pub struct VecMemory {
     pub stream: Vec<u8>,
     /// How many times [`Memory::write`] was called (placement calls, any length).
     pub writes: u64,
+    /// Room of the simulated reader's buffer for unverified stream bytes
+    /// ([`Memory::stream_room`]; 0 by default: the core keeps them itself).
+    pub stream_sink: usize,
+    /// Unverified stream bytes placed by [`Memory::stream_place`] (committed ones move to
+    /// `stream`).
+    pub unverified: Vec<u8>,
 }
 
 impl VecMemory {
@@ -46,6 +52,8 @@ impl VecMemory {
             regions: BTreeMap::new(),
             next_index: 1,
             key_seed: 0x5a,
+            stream_sink: 0,
+            unverified: Vec::new(),
             stream: Vec::new(),
             writes: 0,
         }
@@ -234,7 +242,35 @@ impl Memory for VecMemory {
     }
 
     fn deliver_stream(&mut self, data: &[u8]) {
+        assert!(
+            self.unverified.is_empty(),
+            "stream delivered past unverified bytes"
+        );
         self.stream.extend_from_slice(data);
+    }
+
+    fn stream_room(&self, at: usize) -> usize {
+        self.stream_sink.saturating_sub(at)
+    }
+
+    fn stream_place(&mut self, at: usize, data: &[u8]) {
+        assert!(
+            at + data.len() <= self.stream_sink,
+            "stream_place past the room"
+        );
+        if self.unverified.len() < at + data.len() {
+            self.unverified.resize(at + data.len(), 0);
+        }
+        self.unverified[at..at + data.len()].copy_from_slice(data);
+    }
+
+    fn stream_unverified(&self, at: usize, len: usize, f: &mut dyn FnMut(&[u8])) {
+        f(&self.unverified[at..at + len]);
+    }
+
+    fn stream_commit(&mut self, n: usize) {
+        self.stream.extend(self.unverified.drain(..n));
+        self.stream_sink -= n;
     }
 }
 

@@ -248,6 +248,33 @@ pub trait Memory {
     /// Stream-mode receive (plain read/write on a DDP socket): the payload of Sends that found
     /// no posted receive, in order.
     fn deliver_stream(&mut self, data: &[u8]);
+
+    /// Stream-mode receive straight into the reader's buffer, before the CRC is known: how
+    /// many bytes fit past the first `at` unverified bytes already placed there (0: none,
+    /// the core then keeps the bytes itself until they are verified). The reader's buffer
+    /// must hold nothing else after what was delivered: bytes placed there are delivered by
+    /// [`Memory::stream_commit`], in order, before anything later.
+    fn stream_room(&self, at: usize) -> usize {
+        let _ = at;
+        0
+    }
+    /// Copies `data` to unverified byte `at` of the reader's buffer (`at + data.len()` is
+    /// within [`Memory::stream_room`]`(0)`, checked by the core).
+    fn stream_place(&mut self, at: usize, data: &[u8]) {
+        let _ = (at, data);
+        unreachable!("stream_place without stream_room");
+    }
+    /// Calls `f` with unverified bytes `at..at + len` of the reader's buffer, in order (read
+    /// back for the CRC after a direct placement, or taken back by the core).
+    fn stream_unverified(&self, at: usize, len: usize, f: &mut dyn FnMut(&[u8])) {
+        let _ = (at, len, f);
+        unreachable!("stream_unverified without stream_room");
+    }
+    /// The first `n` unverified bytes are verified: they are delivered, as by
+    /// [`Memory::deliver_stream`], and the ones after them become the first.
+    fn stream_commit(&mut self, n: usize) {
+        assert_eq!(n, 0, "stream_commit without stream_room");
+    }
 }
 
 #[cfg(test)]

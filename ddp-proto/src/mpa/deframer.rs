@@ -280,6 +280,13 @@ impl Deframer {
         crc::from_wire(field.try_into().expect("CRC_LEN octets")) == c.value()
     }
 
+    /// Octets of the stream up to the end of the current FPDU (the rest of its payload, pad
+    /// and CRC field) while its payload is being received without markers; `None` otherwise.
+    pub fn octets_to_end(&self) -> Option<usize> {
+        (self.failed.is_none() && self.phase == Phase::Payload && !self.cfg.markers)
+            .then(|| self.ulpdu_len - self.ulpdu_off + self.pad_left + CRC_LEN)
+    }
+
     /// The ULPDU length of the FPDU whose payload is being received (`None` between
     /// payloads or after an error).
     pub fn current_ulpdu_len(&self) -> Option<usize> {

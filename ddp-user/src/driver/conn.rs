@@ -97,6 +97,22 @@ const LEND_MIN: usize = 16 << 10;
 const DIRECT_MIN: usize = 512;
 /// Buffered reads when direct placement is likely: a header and a little more.
 const SMALL_READ: usize = 256;
+/// Stream FPDUs with ULPDUs at least this large are placed straight into a reader's buffer
+/// (one `recvmsg` each, with the next header); smaller ones are copied out of large buffered
+/// reads, which carry many of them.
+const STREAM_DIRECT_MIN: usize = 16 << 10;
+/// An untagged FPDU's ULPDU_LENGTH and DDP/RDMAP header: what a read takes of the next FPDU
+/// when the payload of that one may go straight into a reader's buffer.
+const NEXT_HEADER: usize = 2 + 18;
+
+/// Whether at least `need` bytes wait in the receive queue of `fd`; `floor` is what is known
+/// to wait (asked with `FIONREAD` only when it is not enough).
+fn kernel_has(floor: &mut usize, fd: RawFd, need: usize) -> bool {
+    if *floor < need {
+        *floor = sys::inq(fd).unwrap_or(0);
+    }
+    *floor >= need
+}
 /// Buffered reads in stream mode.
 pub(crate) const BIG_READ: usize = 64 * 1024;
 /// Bytes read per session at most (then the thread comes back, fairness).
@@ -389,6 +405,21 @@ pub(crate) struct ConnState {
     /// straight from the backlog (no `sendmsg(eng_end)` + `recvmsg(app_end)`). Only set while
     /// the socketpair is empty, so the order holds; ended by [`super::Shared::end_hold`].
     pub(crate) hold: bool,
+    /// With `hold`: the reader was told the socket is readable while the stream data it
+    /// will read still waits in the kernel, a whole FPDU's worth at least
+    /// ([`ConnState::stream_waiting`]): its own `recv` places it straight into its buffer.
+    /// The progress thread leaves the input alone meanwhile; [`super::Shared::end_hold`]
+    /// reads it if the reader does not come.
+    pub(crate) announced: bool,
+    /// How many times the socket was announced readable so (`announced`; with `bytes_rx`,
+    /// what an edge-triggered epoll registration sees change).
+    pub(crate) announces: u64,
+    /// Bytes known to wait in the TCP socket's receive queue (a lower bound: the last
+    /// `FIONREAD` less what was read since).
+    inq_floor: usize,
+    /// The stream's FPDUs were large lately (see [`STREAM_DIRECT_MIN`]): a reader's
+    /// receive reads a header first, so that the payload can go straight into its buffer.
+    large_stream: bool,
     /// When a hold with no application thread inside ends ([`super::LAZY_REARM`] after the
     /// last one left; `Some` while the socket counts in the process's held sockets).
     pub(crate) hold_until: Option<Duration>,
@@ -494,6 +525,10 @@ impl ConnState {
             pair_sent: 0,
             pair_read: 0,
             hold: false,
+            announced: false,
+            announces: 0,
+            large_stream: false,
+            inq_floor: 0,
             poll_reader: false,
             hold_until: None,
             round_now: None,
@@ -821,15 +856,20 @@ impl ConnState {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
+        self.announced = false; // (whoever reads the input now takes what was announced)
         if !self.pending_in.is_empty() {
             let data = core::mem::take(&mut self.pending_in);
             let _ = conn.handle_input(&data, mem, now);
+        }
+        if mem.has_sink() {
+            conn.adopt_stream_sink(mem);
         }
         self.rx_limit = sh.engine.rx_backlog_limit();
         while let Some(b) = self.backlog.take_freed() {
             sh.engine.rx_buf_put(b);
         }
         let mut rx_buf = sh.engine.rx_buf_take();
+        let mut inq_floor = self.inq_floor;
         // Held for a reader (no caller's buffer here): what a reader takes next, not more, so
         // that it is still in the cache when the reader copies it out; the rest waits in
         // the kernel, and the reader's own receive takes it straight into its buffer.
@@ -844,6 +884,9 @@ impl ConnState {
             }
             // Pure byte stream: large buffered reads. Otherwise direct placement is likely
             // next: read headers in small bites, and only a small tail after a placement.
+            if conn.rx_ulpdu_len().is_some_and(|l| l >= STREAM_DIRECT_MIN) {
+                self.large_stream = true; // (a large FPDU's payload is next)
+            }
             let mut plan = conn.rx_plan();
             if matches!(
                 plan,
@@ -862,6 +905,38 @@ impl ConnState {
                     plan = RxPlan::Buffered;
                 }
             }
+            // Stream data goes straight into the caller's buffers only if its FPDU can end
+            // there (else it would come back out at the end of the session), and is read
+            // with a small tail: the CRC and the next header, so that the next payload can
+            // go straight there too.
+            let mut tail_len = None;
+            if let RxPlan::Direct {
+                target: DirectTarget::Stream { at, left },
+                ..
+            } = plan
+            {
+                let large = conn.rx_ulpdu_len().is_some_and(|l| l >= STREAM_DIRECT_MIN);
+                let to_end = conn.rx_octets_to_end();
+                if large && mem.stream_bytes > 0 && at == 0 && mem.stream_room(at) < left {
+                    // A large FPDU that does not fit after what the reader has: it stays
+                    // in the kernel for the reader's next call.
+                    break;
+                }
+                if !large || mem.stream_room(at) < left {
+                    plan = RxPlan::Buffered;
+                } else {
+                    // The rest of the FPDU not here yet: a reader that has data stops here
+                    // (bytes of an FPDU that does not end would have to come back out of
+                    // its buffer); else this read places what is here.
+                    if mem.stream_bytes > 0
+                        && to_end.is_some_and(|n| !kernel_has(&mut inq_floor, sh.tcp_fd, n))
+                    {
+                        break;
+                    }
+                    // (pad, CRC and the next header: the next payload starts a read too)
+                    tail_len = Some(to_end.map_or(SMALL_READ, |n| n - left + NEXT_HEADER));
+                }
+            }
             let big = self.small_rx
                 || (self.stream_mode
                     && !self.tagged_seen
@@ -870,7 +945,7 @@ impl ConnState {
             let mut asked;
             let got = match plan {
                 RxPlan::Direct { target, len } => {
-                    let tail_len = if big { BIG_READ } else { SMALL_READ };
+                    let tail_len = tail_len.unwrap_or(if big { BIG_READ } else { SMALL_READ });
                     asked = len + tail_len;
                     match mem.recv_direct(sh.tcp_fd, target, len, &mut rx_buf[..tail_len]) {
                         Ok((0, 0)) => Ok(0),
@@ -907,18 +982,44 @@ impl ConnState {
                     }
                 }
                 RxPlan::Buffered => {
-                    asked = if big { BIG_READ } else { SMALL_READ };
+                    // (a reader's buffer with room for large FPDUs: the header first)
+                    // (a reader's buffer with room for large FPDUs: up to the next header)
+                    let to_end = conn.rx_octets_to_end();
+                    let header_first = self.large_stream
+                        && mem.has_sink()
+                        && (to_end.is_some() || mem.stream_room(0) >= STREAM_DIRECT_MIN);
+                    asked = if header_first {
+                        to_end.map_or(NEXT_HEADER, |n| (n + NEXT_HEADER).min(BIG_READ))
+                    } else if big {
+                        BIG_READ
+                    } else {
+                        SMALL_READ
+                    };
+                    let fpdus = conn.stats().fpdus_in;
                     let r = sys::recv(sh.tcp_fd, &mut rx_buf[..asked], libc::MSG_DONTWAIT);
                     if let Ok(n) = r
                         && n > 0
                     {
                         input_from(conn, &mut self.backlog, &mut rx_buf, n, mem, now, sh);
                     }
+                    // (large FPDUs in this read, or several small ones)
+                    let headers = (conn.stats().fpdus_in - fpdus) as usize;
+                    if headers >= 1 && r.unwrap_or(0) / headers >= STREAM_DIRECT_MIN {
+                        self.large_stream = true;
+                    } else if headers >= 2 {
+                        self.large_stream = false;
+                    }
                     r
                 }
             };
             if mem.stream_bytes > 0 {
                 self.tagged_seen = false; // the stream is busy again: large reads
+            }
+            if let Ok(n) = got {
+                inq_floor = inq_floor.saturating_sub(n);
+            }
+            if conn.rx_ulpdu_len().is_some_and(|l| l >= STREAM_DIRECT_MIN) {
+                self.large_stream = true; // (the read ended in a large FPDU's payload)
             }
             match got {
                 Ok(0) => {
@@ -957,6 +1058,7 @@ impl ConnState {
                 }
             }
         }
+        self.inq_floor = inq_floor;
         sh.engine.rx_buf_put(rx_buf);
     }
 
@@ -1104,6 +1206,10 @@ impl ConnState {
     /// flushed, moves events into the CQ, stream data into the socketpair, and performs the
     /// shutdowns that are due.
     pub(crate) fn settle(&mut self, sh: &Shared, mem: &mut SessionMem<'_, '_, '_>) {
+        if let Some(conn) = self.conn.as_mut() {
+            // (before the caller's buffers go away: bytes of an FPDU not yet verified)
+            conn.unplace_stream(mem);
+        }
         self.backlog.push(core::mem::take(&mut mem.overflow));
         self.bytes_rx += core::mem::take(&mut mem.stream_bytes);
         if let Some(conn) = self.conn.as_mut() {
@@ -1194,8 +1300,8 @@ impl ConnState {
     /// last byte of an ended stream, `shutdown(eng_end, SHUT_WR)`.
     pub(crate) fn flush_backlog(&mut self, sh: &Shared) {
         if self.hold {
-            if !self.backlog.is_empty() && !self.rd_shut {
-                return; // an application thread takes it from the backlog
+            if (!self.backlog.is_empty() || self.announced) && !self.rd_shut {
+                return; // an application thread takes it from the backlog (or the kernel)
             }
             self.hold = false;
         }
@@ -1263,8 +1369,45 @@ impl ConnState {
     }
 
     /// Whether TCP input should be read now.
+    /// Whether stream data for the reader waits in the TCP socket, a whole FPDU's worth at
+    /// least (the reader's `recv` can then place it straight into its buffer), with nothing
+    /// of the stream in the engine before it. Costs a `FIONREAD` (and a peek at the next
+    /// header between FPDUs).
+    pub(crate) fn stream_waiting(&mut self, sh: &Shared) -> bool {
+        let Some(conn) = self.conn.as_ref() else {
+            return false;
+        };
+        if !self.large_stream
+            || self.rx_eof
+            || self.rd_shut
+            || !self.backlog.is_empty()
+            || !self.pending_in.is_empty()
+            || !matches!(self.phase, Phase::Open)
+        {
+            return false;
+        }
+        let need = match conn.stream_fpdu_left() {
+            Some(n) => n,
+            None => {
+                let mut peek = [0u8; NEXT_HEADER];
+                if !kernel_has(&mut self.inq_floor, sh.tcp_fd, peek.len()) {
+                    return false;
+                }
+                match sys::recv(sh.tcp_fd, &mut peek, libc::MSG_PEEK | libc::MSG_DONTWAIT) {
+                    Ok(n) => match conn.next_stream_fpdu_len(&peek[..n]) {
+                        Some(len) => len,
+                        None => return false,
+                    },
+                    Err(_) => return false,
+                }
+            }
+        };
+        kernel_has(&mut self.inq_floor, sh.tcp_fd, need)
+    }
+
     pub(crate) fn wants_input(&self) -> bool {
         matches!(self.phase, Phase::Open)
+            && !self.announced
             && !self.rx_eof
             && !self.conn_done
             && self.backlog.len() < self.rx_limit

@@ -113,26 +113,61 @@ impl<'a> UserSink<'a> {
         self.filled == self.cap
     }
 
-    /// Copies as much of `data` as fits; returns how much.
-    pub(crate) fn put(&mut self, data: &[u8]) -> usize {
-        let mut skip = self.filled;
-        let mut taken = 0;
-        for &(ptr, len) in self.parts.as_slice() {
-            if skip >= len {
-                skip -= len;
-                continue;
-            }
-            let n = (len - skip).min(data.len() - taken);
-            // SAFETY: `ptr..ptr+len` is one of the caller's `IoSliceMut`s, mutably borrowed
-            // for 'a (PhantomData), and `skip + n <= len`; `data` is a different allocation
-            // (engine buffers), so the ranges do not overlap.
-            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr().add(taken), ptr.add(skip), n) };
-            taken += n;
-            skip = 0;
-            if taken == data.len() {
+    /// Room left after what was delivered.
+    pub(crate) fn room(&self) -> usize {
+        self.cap - self.filled
+    }
+
+    /// Calls `f` with the caller's memory for bytes `off..off + len` past what was
+    /// delivered (clipped to the room), one contiguous piece at a time, in order.
+    fn pieces(&self, off: usize, len: usize, mut f: impl FnMut(*mut u8, usize)) {
+        let mut skip = self.filled + off;
+        let mut left = len;
+        for &(ptr, plen) in self.parts.as_slice() {
+            if left == 0 {
                 break;
             }
+            if skip >= plen {
+                skip -= plen;
+                continue;
+            }
+            let n = (plen - skip).min(left);
+            // `skip + n <= plen`: inside one of the caller's `IoSliceMut`s.
+            f(ptr.wrapping_add(skip), n);
+            left -= n;
+            skip = 0;
         }
+    }
+
+    /// The contiguous memory at `off` bytes past what was delivered, and its length (0 if
+    /// there is no room there).
+    fn contiguous(&self, off: usize) -> (*mut u8, usize) {
+        let mut first = (core::ptr::null_mut(), 0);
+        self.pieces(off, usize::MAX, |p, n| {
+            if first.1 == 0 {
+                first = (p, n);
+            }
+        });
+        first
+    }
+
+    /// Copies `data` to `off` bytes past what was delivered (as much as fits); returns how
+    /// much. Nothing is delivered by this ([`Self::put`] does).
+    fn put_at(&mut self, off: usize, data: &[u8]) -> usize {
+        let mut taken = 0;
+        self.pieces(off, data.len(), |ptr, n| {
+            // SAFETY: `ptr..ptr+n` lies in one of the caller's `IoSliceMut`s (`pieces`),
+            // mutably borrowed for 'a (PhantomData); `data` is a different allocation (engine
+            // buffers), so the ranges do not overlap.
+            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr().add(taken), ptr, n) };
+            taken += n;
+        });
+        taken
+    }
+
+    /// Copies as much of `data` as fits and delivers it; returns how much.
+    pub(crate) fn put(&mut self, data: &[u8]) -> usize {
+        let taken = self.put_at(0, data);
         self.filled += taken;
         taken
     }
@@ -193,6 +228,14 @@ impl<'r, 's, 'u> SessionMem<'r, 's, 'u> {
         self.sink.is_some()
     }
 
+    /// The caller's buffers, if stream data may be placed there: only while nothing waits
+    /// for them in `overflow` or `refs` (the order of the stream).
+    fn stream_sink(&self) -> Option<&UserSink<'u>> {
+        self.sink
+            .as_deref()
+            .filter(|_| self.overflow.is_empty() && self.refs.is_empty())
+    }
+
     /// Whether the caller's buffers (if any) are full.
     pub(crate) fn sink_full(&self) -> bool {
         self.sink.as_ref().is_some_and(|s| s.is_full())
@@ -221,7 +264,7 @@ impl<'r, 's, 'u> SessionMem<'r, 's, 'u> {
         &self,
         fd: RawFd,
         target: DirectTarget,
-        len: usize,
+        mut len: usize,
         tail: &mut [u8],
     ) -> Result<(usize, usize), Option<Errno>> {
         let ptr = match target {
@@ -239,13 +282,22 @@ impl<'r, 's, 'u> SessionMem<'r, 's, 'u> {
                 }
                 addr as *mut u8
             }
+            DirectTarget::Stream { at, .. } => {
+                let (ptr, room) = self.stream_sink().ok_or(None)?.contiguous(at);
+                if room == 0 {
+                    return Err(None);
+                }
+                len = len.min(room);
+                ptr
+            }
         };
         let mut iov = [
             sys::iovec(ptr, len),
             sys::iovec(tail.as_mut_ptr(), tail.len()),
         ];
-        // The kernel writes into the region (pinned above, inside its bounds) or into a
-        // posted buffer the application lent us until the completion; `tail` is ours.
+        // The kernel writes into the region (pinned above, inside its bounds), into a posted
+        // buffer the application lent us until the completion, or into the caller's receive
+        // buffers (borrowed by the sink, within the room); `tail` is ours.
         let n = sys::recvmsg(fd, &mut iov, libc::MSG_DONTWAIT).map_err(Some)?;
         Ok((n.min(len), n.saturating_sub(len)))
     }
@@ -357,6 +409,33 @@ impl Memory for SessionMem<'_, '_, '_> {
             self.overflow.extend_from_slice(b);
         }
         self.overflow.extend_from_slice(rest);
+    }
+
+    fn stream_room(&self, at: usize) -> usize {
+        self.stream_sink()
+            .map_or(0, |s| s.room().saturating_sub(at))
+    }
+
+    fn stream_place(&mut self, at: usize, data: &[u8]) {
+        let s = self.sink.as_deref_mut().expect("stream_room offered");
+        let n = s.put_at(at, data);
+        assert_eq!(n, data.len(), "stream_place beyond the room");
+    }
+
+    fn stream_unverified(&self, at: usize, len: usize, f: &mut dyn FnMut(&[u8])) {
+        let s = self.sink.as_deref().expect("stream_room offered");
+        s.pieces(at, len, |ptr, n| {
+            // SAFETY: `ptr..ptr+n` lies in the caller's buffers (`pieces`), borrowed by the
+            // sink for this session; bytes we placed there (written, so initialised).
+            f(unsafe { core::slice::from_raw_parts(ptr, n) });
+        });
+    }
+
+    fn stream_commit(&mut self, n: usize) {
+        let s = self.sink.as_deref_mut().expect("stream_room offered");
+        assert!(n <= s.room(), "stream_commit beyond the room");
+        s.filled += n;
+        self.stream_bytes += n as u64;
     }
 }
 

@@ -764,6 +764,17 @@ impl Shared {
         // empty: it is held too, and read before what arrives now)
         if may_hold && st.is_open() && !st.rd_shut && !st.pair_maybe_readable() {
             st.hold = true;
+            // Stream data waits in the kernel for the reader: leave it there for its own
+            // `recv`, which places it straight into its buffer.
+            if !st.has_pending_input() && st.stream_waiting(self) {
+                st.announced = true;
+                st.announces += 1;
+                self.progress(st, None, false);
+                if st.hold {
+                    self.note_hold(st);
+                }
+                return st.hold;
+            }
         }
         self.progress(st, None, true);
         // (flush_backlog ends the hold at once if nothing stream-like arrived)
@@ -948,7 +959,12 @@ impl Shared {
         self.drain_stale_signal();
         if st.hold {
             st.hold = false;
-            st.flush_backlog(self);
+            if core::mem::take(&mut st.announced) {
+                // (the input announced to the reader: read now, for the socketpair)
+                self.progress(st, None, true);
+            } else {
+                st.flush_backlog(self);
+            }
             self.rearm(st);
         }
     }

@@ -482,10 +482,11 @@ impl DdpSocket {
         }
         let mut st = sh.lock();
         st.poll_reader = true;
-        let held = st.hold && !st.backlog.is_empty() && !st.rd_shut && !st.finalized;
+        let held =
+            st.hold && (!st.backlog.is_empty() || st.announced) && !st.rd_shut && !st.finalized;
         if held {
             sh.note_hold(&mut st);
-            Some(st.bytes_rx)
+            Some(st.bytes_rx + st.announces)
         } else {
             None
         }
