@@ -24,7 +24,10 @@
 //! placed as it arrives (before the CRC is known, which is what makes direct placement
 //! possible: a corrupted payload can only land inside a validated target); nothing completes
 //! before the FPDU's CRC has been verified. Stream-mode data is handed to
-//! [`Memory::deliver_stream`] only after its FPDU's CRC was verified.
+//! [`Memory::deliver_stream`] only after its FPDU's CRC was verified; when the memory offers
+//! room in the reader's buffer ([`Memory::stream_room`]), it may be placed there before
+//! (directly, [`DirectTarget::Stream`], or from buffered input) and is delivered by
+//! [`Memory::stream_commit`] at the same point.
 //!
 //! First error wins: a Terminate is queued (its code from [`ProtoError::term_code`], header
 //! copies per [`crate::rdmap::terminate`]), every work request completes with an error status,
