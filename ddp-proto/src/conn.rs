@@ -622,6 +622,25 @@ impl Connection {
         self.irq.len()
     }
 
+    /// A new MULPDU (the EMSS changed: RFC 5044 §4.1 derives the MULPDU from the current
+    /// EMSS): messages not yet begun are cut with it; a message being sent keeps its own.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Mulpdu`] outside [`MIN_MULPDU`]`..=65535` (nothing changes).
+    pub fn set_mulpdu(&mut self, mulpdu: usize) -> Result<(), ConfigError> {
+        if !(MIN_MULPDU..=MAX_ULPDU_LEN).contains(&mulpdu) {
+            return Err(ConfigError::Mulpdu(mulpdu));
+        }
+        self.cfg.mulpdu = mulpdu;
+        Ok(())
+    }
+
+    /// The MULPDU messages are cut with now.
+    pub fn mulpdu(&self) -> usize {
+        self.cfg.mulpdu
+    }
+
     /// Posted receives not yet matched.
     pub fn recvs_posted(&self) -> usize {
         self.send_rx.posted_len()

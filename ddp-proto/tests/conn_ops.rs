@@ -169,6 +169,38 @@ fn stream_mode_delivers_in_order() {
     }
 }
 
+/// A new MULPDU (the EMSS grew) cuts the messages posted after it; the bytes arrive the same.
+#[test]
+fn mulpdu_change_applies_to_later_messages() {
+    let mut p = Pair::new(Opts {
+        mode_b: RecvMode::Stream,
+        mulpdu: 300,
+        ..Opts::default()
+    });
+    p.a.conn
+        .post_send(1, &[Sge::new(BASE, 1000)], flags())
+        .unwrap();
+    p.drive();
+    assert_eq!(
+        p.b.conn.stats().fpdus_in,
+        4,
+        "1000 bytes in 282-byte segments"
+    );
+    assert!(p.a.conn.set_mulpdu(10).is_err());
+    assert_eq!(p.a.conn.mulpdu(), 300, "a refused MULPDU changes nothing");
+    p.a.conn.set_mulpdu(600).unwrap();
+    p.a.conn
+        .post_send(2, &[Sge::new(BASE + 1000, 1000)], flags())
+        .unwrap();
+    p.drive();
+    assert_eq!(p.b.conn.stats().fpdus_in, 4 + 2, "then 582-byte segments");
+    assert!(
+        p.b.mem.stream == p.a.mem.bytes(BASE, 2000),
+        "stream differs"
+    );
+    assert_eq!(p.a.completions().len(), 2);
+}
+
 /// Stream data goes to the application before its FPDU's End only when its CRC is already
 /// known good: a flipped payload or CRC bit in an FPDU that arrives whole delivers nothing of
 /// it (the FPDUs before it are delivered, the connection fails with a CRC error).

@@ -101,6 +101,10 @@ const SMALL_READ: usize = 256;
 /// (one `recvmsg` each, with the next header); smaller ones are copied out of large buffered
 /// reads, which carry many of them.
 const STREAM_DIRECT_MIN: usize = 16 << 10;
+/// Bytes sent before the EMSS is asked again the first time ([`ConnState::recheck_mss`]);
+/// then at twice as much, [`MSS_CHECKS`] times in all (the last at 8 GiB).
+const MSS_CHECK_FIRST: u64 = 128 << 10;
+const MSS_CHECKS: u32 = 17;
 /// An untagged FPDU's ULPDU_LENGTH and DDP/RDMAP header: what a read takes of the next FPDU
 /// when the payload of that one may go straight into a reader's buffer.
 const NEXT_HEADER: usize = 2 + 18;
@@ -377,6 +381,8 @@ pub(crate) struct ConnState {
     pub(crate) neg: Option<Negotiated>,
     pub(crate) role: Role,
     pub(crate) mulpdu: usize,
+    /// `bytes_tx` at which the EMSS is asked again ([`ConnState::recheck_mss`]).
+    mss_check_at: u64,
     tail: Option<Tail>,
     /// Work requests (and their payload bytes) left queued by `DDP_MORE` posts.
     deferred_wrs: u32,
@@ -512,6 +518,7 @@ impl ConnState {
             neg: None,
             role,
             mulpdu: 0,
+            mss_check_at: MSS_CHECK_FIRST,
             tail: None,
             deferred_wrs: 0,
             deferred_bytes: 0,
@@ -629,6 +636,28 @@ impl ConnState {
         let pre = core::mem::take(&mut self.pre_open_tx);
         if !pre.is_empty() {
             let _ = self.post_stream(pre);
+        }
+    }
+
+    /// TCP's MSS grows once data flows (on loopback from half the first window, 32 KiB, to
+    /// 65,483 bytes): the MULPDU follows it (RFC 5044 §4.1 derives it from the current EMSS),
+    /// so that large messages take fewer, larger FPDUs. Asked at doubling amounts of data
+    /// sent, [`MSS_CHECKS`] times at most.
+    fn recheck_mss(&mut self, sh: &Shared) {
+        self.mss_check_at = if self.mss_check_at >= MSS_CHECK_FIRST << (MSS_CHECKS - 1) {
+            u64::MAX
+        } else {
+            self.mss_check_at * 2
+        };
+        let (Some(conn), Some(neg)) = (self.conn.as_mut(), self.neg.as_ref()) else {
+            return;
+        };
+        let Ok(emss) = sys::tcp_maxseg(sh.tcp_fd) else {
+            return;
+        };
+        let m = mulpdu(emss, neg.markers_tx).clamp(MIN_MULPDU, MAX_ULPDU_LEN);
+        if m != self.mulpdu && conn.set_mulpdu(m).is_ok() {
+            self.mulpdu = m;
         }
     }
 
@@ -1071,12 +1100,18 @@ impl ConnState {
         sh: &Shared,
         mem: &mut SessionMem<'_, '_, '_>,
     ) -> Result<bool, Errno> {
-        let Some(conn) = self.conn.as_mut() else {
+        if self.conn.is_none() {
             return Ok(true);
-        };
+        }
         if self.tcp_shut_wr {
             return Ok(self.tail.is_none());
         }
+        if self.bytes_tx >= self.mss_check_at {
+            self.recheck_mss(sh);
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(true);
+        };
         // everything queued goes out now
         self.deferred_wrs = 0;
         self.deferred_bytes = 0;
