@@ -108,6 +108,8 @@ const MSS_CHECKS: u32 = 17;
 /// An untagged FPDU's ULPDU_LENGTH and DDP/RDMAP header: what a read takes of the next FPDU
 /// when the payload of that one may go straight into a reader's buffer.
 const NEXT_HEADER: usize = 2 + 18;
+/// Small FPDUs in a row that end a large stream (`ConnState::large_stream`).
+const SMALL_RUN_END: u32 = 4;
 
 /// Whether at least `need` bytes wait in the receive queue of `fd`; `floor` is what is known
 /// to wait (asked with `FIONREAD` only when it is not enough).
@@ -426,6 +428,9 @@ pub(crate) struct ConnState {
     /// The stream's FPDUs were large lately (see [`STREAM_DIRECT_MIN`]): a reader's
     /// receive reads a header first, so that the payload can go straight into its buffer.
     large_stream: bool,
+    /// Small FPDUs read in a row since the last large one: [`SMALL_RUN_END`] of them end
+    /// `large_stream` (a large message ends with at most one small FPDU).
+    small_run: u32,
     /// When a hold with no application thread inside ends ([`super::LAZY_REARM`] after the
     /// last one left; `Some` while the socket counts in the process's held sockets).
     pub(crate) hold_until: Option<Duration>,
@@ -535,6 +540,7 @@ impl ConnState {
             announced: false,
             announces: 0,
             large_stream: false,
+            small_run: 0,
             inq_floor: 0,
             poll_reader: false,
             hold_until: None,
@@ -914,7 +920,7 @@ impl ConnState {
             // Pure byte stream: large buffered reads. Otherwise direct placement is likely
             // next: read headers in small bites, and only a small tail after a placement.
             if conn.rx_ulpdu_len().is_some_and(|l| l >= STREAM_DIRECT_MIN) {
-                self.large_stream = true; // (a large FPDU's payload is next)
+                (self.large_stream, self.small_run) = (true, 0); // (a large FPDU's payload is next)
             }
             let mut plan = conn.rx_plan();
             if matches!(
@@ -1031,12 +1037,15 @@ impl ConnState {
                     {
                         input_from(conn, &mut self.backlog, &mut rx_buf, n, mem, now, sh);
                     }
-                    // (large FPDUs in this read, or several small ones)
+                    // (large FPDUs in this read, or small ones)
                     let headers = (conn.stats().fpdus_in - fpdus) as usize;
                     if headers >= 1 && r.unwrap_or(0) / headers >= STREAM_DIRECT_MIN {
-                        self.large_stream = true;
-                    } else if headers >= 2 {
-                        self.large_stream = false;
+                        (self.large_stream, self.small_run) = (true, 0);
+                    } else if headers >= 1 {
+                        self.small_run += headers as u32;
+                        if self.small_run >= SMALL_RUN_END {
+                            self.large_stream = false;
+                        }
                     }
                     r
                 }
@@ -1048,7 +1057,7 @@ impl ConnState {
                 inq_floor = inq_floor.saturating_sub(n);
             }
             if conn.rx_ulpdu_len().is_some_and(|l| l >= STREAM_DIRECT_MIN) {
-                self.large_stream = true; // (the read ended in a large FPDU's payload)
+                (self.large_stream, self.small_run) = (true, 0); // (the read ended in a large FPDU's payload)
             }
             match got {
                 Ok(0) => {
