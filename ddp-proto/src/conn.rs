@@ -1035,34 +1035,34 @@ impl Connection {
         }
         let mut at = 0;
         loop {
-            let ev = match self.deframer.next(data, &mut at) {
-                Ok(ev) => ev,
-                Err(e) => {
-                    self.fail(e, None);
-                    return Err(e);
+            let r = if let Some(w) = self.deframer.whole(data, &mut at) {
+                // A whole FPDU in the input, its CRC good: the same steps as below.
+                self.on_header(&w.header, mem);
+                let verified = self.stream_buf.is_empty() && self.stream_placed == 0;
+                if !w.payload.is_empty() {
+                    self.payload_piece(data, w.payload, verified, mem)?;
                 }
-            };
-            let r = match ev {
-                DfEvent::NeedMore => break,
-                DfEvent::Header(h) => {
-                    self.on_header(&h, mem);
-                    Ok(())
-                }
-                DfEvent::Payload { range, .. } => {
-                    if self.stream_ahead(data, range.len(), range.end) {
-                        // Stream data whose CRC is already known good (or off): straight to
-                        // the stream, not through `stream_buf` until the FPDU's end.
-                        if let RxSeg::Place { done, .. } = &mut self.rx {
-                            *done += range.len();
-                        }
-                        self.stats.bytes_placed_buffered += range.len() as u64;
-                        mem.deliver_stream(&data[range]);
-                        Ok(())
-                    } else {
-                        self.on_payload(&data[range], mem)
+                self.on_end(mem)
+            } else {
+                let ev = match self.deframer.next(data, &mut at) {
+                    Ok(ev) => ev,
+                    Err(e) => {
+                        self.fail(e, None);
+                        return Err(e);
                     }
+                };
+                match ev {
+                    DfEvent::NeedMore => break,
+                    DfEvent::Header(h) => {
+                        self.on_header(&h, mem);
+                        Ok(())
+                    }
+                    DfEvent::Payload { range, .. } => {
+                        let verified = self.stream_ahead(data, range.len(), range.end);
+                        self.payload_piece(data, range, verified, mem)
+                    }
+                    DfEvent::End => self.on_end(mem),
                 }
-                DfEvent::End => self.on_end(mem),
             };
             r?;
             if matches!(self.state, State::Closed | State::Error) {
@@ -1074,6 +1074,31 @@ impl Connection {
             }
         }
         Ok(data.len())
+    }
+
+    /// A payload piece `data[range]`; `verified`: it is a stream FPDU's whole payload whose
+    /// CRC is already known good (or off), with nothing of the FPDU kept or placed before.
+    fn payload_piece<M: Memory + ?Sized>(
+        &mut self,
+        data: &[u8],
+        range: Range<usize>,
+        verified: bool,
+        mem: &mut M,
+    ) -> Result<(), ProtoError> {
+        if verified
+            && let RxSeg::Place {
+                target: Target::Stream,
+                done,
+                ..
+            } = &mut self.rx
+        {
+            // Straight to the stream, not through `stream_buf` until the FPDU's end.
+            *done += range.len();
+            self.stats.bytes_placed_buffered += range.len() as u64;
+            mem.deliver_stream(&data[range]);
+            return Ok(());
+        }
+        self.on_payload(&data[range], mem)
     }
 
     /// Whether a payload piece of `n` octets ending at `data[end]` is stream data that may

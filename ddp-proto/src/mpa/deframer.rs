@@ -146,6 +146,15 @@ pub enum Event {
     NeedMore,
 }
 
+/// A whole FPDU taken in one step by [`Deframer::whole`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Whole {
+    /// Its ULPDU header octets and length (as [`Event::Header`]).
+    pub header: UlpduHeader,
+    /// The rest of the ULPDU in the caller's input (as one [`Event::Payload`]; may be empty).
+    pub payload: Range<usize>,
+}
+
 /// Where inside an FPDU the next non-marker octet belongs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -309,6 +318,64 @@ impl Deframer {
             self.payload_run()
         );
         self.take_payload(bytes);
+    }
+
+    /// A fast path for what is common with small messages: when the stream is between FPDUs
+    /// (nothing of the next one consumed), markers are off and `input[*at..]` holds the whole
+    /// next FPDU, takes it in one step: one CRC pass over it instead of one per piece, and the
+    /// events [`Deframer::next`] would give (`Header`, at most one `Payload`, `End`) as one
+    /// [`Whole`]. `None` (nothing consumed) whenever that does not apply, including an
+    /// implausible ULPDU_LENGTH and a CRC that does not match: their errors then come from
+    /// `next` as always, after the header and payload events (so what a bad FPDU does to the
+    /// consumer does not depend on how the stream was cut).
+    pub fn whole(&mut self, input: &[u8], at: &mut usize) -> Option<Whole> {
+        if self.failed.is_some()
+            || self.cfg.markers
+            || self.phase != Phase::Length
+            || self.started
+            || self.field_got != 0
+        {
+            return None;
+        }
+        let avail = input.get(*at..)?;
+        let len = usize::from(u16::from_be_bytes([*avail.first()?, *avail.get(1)?]));
+        if len == 0 || len > self.cfg.max_ulpdu {
+            return None;
+        }
+        let covered = ULPDU_LENGTH_LEN + len + pad_len(len);
+        let field = avail.get(covered..covered + CRC_LEN)?;
+        if self.cfg.crc
+            && crc::from_wire(field.try_into().expect("CRC_LEN octets"))
+                != crc::crc32c(&avail[..covered])
+        {
+            return None;
+        }
+        let ulpdu = &avail[ULPDU_LENGTH_LEN..ULPDU_LENGTH_LEN + len];
+        let wanted = if ulpdu[0] & DDP_TAGGED_BIT != 0 {
+            TAGGED_HEADER_LEN
+        } else {
+            UNTAGGED_HEADER_LEN
+        };
+        let header_len = wanted.min(len);
+        let mut bytes = [0u8; UNTAGGED_HEADER_LEN];
+        bytes[..header_len].copy_from_slice(&ulpdu[..header_len]);
+        let start = *at + ULPDU_LENGTH_LEN;
+        let w = Whole {
+            header: UlpduHeader {
+                bytes,
+                len: header_len as u8,
+                ulpdu_len: len as u16,
+            },
+            payload: start + header_len..start + len,
+        };
+        self.ulpdu_len = len;
+        self.ulpdu_off = len;
+        self.header_len = header_len;
+        self.pad_left = 0;
+        self.pos += (covered + CRC_LEN) as u64;
+        *at += covered + CRC_LEN;
+        self.finish_fpdu();
+        Some(w)
     }
 
     /// Consumes octets from `input[*at..]`, advancing `*at`, up to and including the next
@@ -653,6 +720,78 @@ mod tests {
     /// The payload's CRC can be vouched for before its End event only when the pad and CRC
     /// follow in the same input and match; a flipped bit anywhere says no, and `next` then
     /// fails with `Crc` as always.
+    /// `whole` takes exactly what `next` would (same header, payload, end position), only
+    /// for a whole FPDU at a boundary without markers; a flipped bit is the same CRC error.
+    #[test]
+    fn whole_equals_next_for_whole_fpdus() {
+        for (tagged, payload_len) in [(false, 0), (false, 1), (false, 64), (true, 3), (true, 1000)]
+        {
+            let mut ulpdu = vec![if tagged { 0xc1u8 } else { 0x41 }; if tagged { 14 } else { 18 }];
+            ulpdu.extend((0..payload_len).map(|i| i as u8));
+            let mut framer = Framer::new(TxConfig {
+                crc: true,
+                markers: false,
+            });
+            let mut wire = framer.frame_to_vec(&[&ulpdu]);
+            let first = wire.len();
+            wire.extend(framer.frame_to_vec(&[&ulpdu]));
+            // `next`, event by event
+            let mut a = rx(true, false);
+            let want = run(&mut a, &wire).expect("good FPDUs");
+            // `whole` twice, then nothing left
+            let mut b = rx(true, false);
+            let mut at = 0;
+            for k in 0..2 {
+                let w = b.whole(&wire, &mut at).expect("applies");
+                let mut got = vec![(Event::Header(w.header), Vec::new())];
+                if !w.payload.is_empty() {
+                    got.push((
+                        Event::Payload {
+                            range: w.payload.clone(),
+                            offset: w.header.bytes().len(),
+                        },
+                        wire[w.payload.clone()].to_vec(),
+                    ));
+                }
+                got.push((Event::End, Vec::new()));
+                let n = got.len();
+                let exp: Vec<_> = want[k * n..(k + 1) * n].to_vec();
+                assert_eq!(got, exp, "tagged {tagged}, {payload_len} bytes, FPDU {k}");
+                assert_eq!(at, first * (k + 1));
+            }
+            assert_eq!(b.position(), a.position());
+            assert!(b.whole(&wire, &mut at).is_none(), "nothing left");
+            // not whole: None, nothing consumed; the normal path still works from there
+            let mut c = rx(true, false);
+            let mut at = 0;
+            assert!(c.whole(&wire[..first - 1], &mut at).is_none());
+            assert_eq!(at, 0);
+            assert!(run(&mut c, &wire[..first]).is_ok());
+            // mid-FPDU: None
+            let mut d = rx(true, false);
+            let mut at = 0;
+            assert!(matches!(d.next(&wire[..3], &mut at), Ok(Event::NeedMore)));
+            assert!(d.whole(&wire, &mut at).is_none());
+            // a flipped payload or CRC bit: not taken; `next` reports it as always
+            for flip in [first - 1, 2 + 2] {
+                let mut bad = wire.clone();
+                bad[flip] ^= 4;
+                let mut e = rx(true, false);
+                let mut at = 0;
+                assert!(e.whole(&bad, &mut at).is_none());
+                assert_eq!(at, 0);
+                assert_eq!(run(&mut e, &bad), Err(ProtoError::Crc));
+            }
+        }
+        // markers on, or an implausible length: never
+        let mut m = rx(true, true);
+        let mut at = 0;
+        assert!(m.whole(&[0u8; 64], &mut at).is_none());
+        let mut z = rx(true, false);
+        assert!(z.whole(&[0u8; 64], &mut at).is_none());
+        assert_eq!(z.next(&[0u8; 64], &mut at), Err(ProtoError::MarkerMismatch));
+    }
+
     #[test]
     fn verified_ahead_only_for_a_complete_good_fpdu() {
         let payload = [0x5au8; 23]; // a 1-octet pad after the 18-octet header + 23

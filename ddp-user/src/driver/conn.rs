@@ -202,11 +202,13 @@ pub(crate) struct Backlog {
     freed: Vec<Vec<u8>>,
 }
 
-/// Bytes of the backlog: `ranges` of `buf`, in order. A chunk is either a copy (one range,
-/// all of `buf`) or a receive buffer itself with the stream payloads it carried (no copy).
+/// Bytes of the backlog: `first`, then `rest`, ranges of `buf`, in order. A chunk is either a
+/// copy (one range, all of `buf`: no allocation besides `buf`) or a receive buffer itself
+/// with the stream payloads it carried (no copy).
 struct Chunk {
     buf: Vec<u8>,
-    ranges: VecDeque<Range<usize>>,
+    first: Range<usize>,
+    rest: VecDeque<Range<usize>>,
     /// `buf` is a receive buffer (goes back to the engine's pool when emptied).
     read_buf: bool,
 }
@@ -228,7 +230,8 @@ impl Backlog {
             let all = 0..v.len();
             self.chunks.push_back(Chunk {
                 buf: v,
-                ranges: VecDeque::from([all]),
+                first: all,
+                rest: VecDeque::new(),
                 read_buf: false,
             });
         } else {
@@ -240,16 +243,18 @@ impl Backlog {
     /// the bytes are not copied).
     pub(crate) fn push_read(&mut self, buf: Vec<u8>, mut ranges: Vec<Range<usize>>) {
         ranges.retain(|r| !r.is_empty());
-        let ranges = VecDeque::from(ranges);
         let n: usize = ranges.iter().map(|r| r.len()).sum();
         if n == 0 {
             self.freed.push(buf);
             return;
         }
         self.len += n;
+        let mut rest = VecDeque::from(ranges);
+        let first = rest.pop_front().expect("n > 0");
         self.chunks.push_back(Chunk {
             buf,
-            ranges,
+            first,
+            rest,
             read_buf: true,
         });
     }
@@ -273,29 +278,23 @@ impl Backlog {
     }
 
     fn front(&self) -> &[u8] {
-        self.chunks.front().map_or(&[][..], |c| {
-            let r = c.ranges.front().expect("chunks in the backlog hold bytes");
-            &c.buf[r.clone()]
-        })
+        self.chunks
+            .front()
+            .map_or(&[][..], |c| &c.buf[c.first.clone()])
     }
 
     fn consume(&mut self, mut n: usize) {
         self.len -= n;
         while n > 0 {
             let c = self.chunks.front_mut().expect("consume within len");
-            let r = c
-                .ranges
-                .front_mut()
-                .expect("chunks in the backlog hold bytes");
-            if n < r.len() {
-                r.start += n;
+            if n < c.first.len() {
+                c.first.start += n;
                 return;
             }
-            n -= r.len();
-            c.ranges.pop_front();
-            if c.ranges.is_empty()
-                && let Some(c) = self.chunks.pop_front()
-            {
+            n -= c.first.len();
+            if let Some(r) = c.rest.pop_front() {
+                c.first = r;
+            } else if let Some(c) = self.chunks.pop_front() {
                 if c.read_buf {
                     self.freed.push(c.buf);
                 } else {
@@ -310,7 +309,7 @@ impl Backlog {
     fn front_iov(&self, out: &mut [libc::iovec]) -> usize {
         let mut k = 0;
         for c in &self.chunks {
-            for r in &c.ranges {
+            for r in core::iter::once(&c.first).chain(&c.rest) {
                 if k == out.len() {
                     return k;
                 }
@@ -360,9 +359,10 @@ fn input_from(
         backlog.push_read(buf, refs);
     } else {
         // A few bytes would pin a whole receive buffer: copy them (small messages).
-        for r in refs {
-            mem.overflow.extend_from_slice(&rx_buf[r]);
+        for r in &refs {
+            mem.overflow.extend_from_slice(&rx_buf[r.clone()]);
         }
+        mem.recycle_refs(refs);
     }
 }
 
@@ -428,6 +428,8 @@ pub(crate) struct ConnState {
     /// The stream's FPDUs were large lately (see [`STREAM_DIRECT_MIN`]): a reader's
     /// receive reads a header first, so that the payload can go straight into its buffer.
     large_stream: bool,
+    /// The input-range vector kept between sessions (`SessionMem::recycle_refs`).
+    pub(crate) spare_refs: Vec<Range<usize>>,
     /// Small FPDUs read in a row since the last large one: [`SMALL_RUN_END`] of them end
     /// `large_stream` (a large message ends with at most one small FPDU).
     small_run: u32,
@@ -540,6 +542,7 @@ impl ConnState {
             announced: false,
             announces: 0,
             large_stream: false,
+            spare_refs: Vec::new(),
             small_run: 0,
             inq_floor: 0,
             poll_reader: false,
@@ -1250,6 +1253,7 @@ impl ConnState {
     /// flushed, moves events into the CQ, stream data into the socketpair, and performs the
     /// shutdowns that are due.
     pub(crate) fn settle(&mut self, sh: &Shared, mem: &mut SessionMem<'_, '_, '_>) {
+        self.spare_refs = mem.take_refs_spare();
         if let Some(conn) = self.conn.as_mut() {
             // (before the caller's buffers go away: bytes of an FPDU not yet verified)
             conn.unplace_stream(mem);

@@ -223,6 +223,21 @@ impl<'r, 's, 'u> SessionMem<'r, 's, 'u> {
         core::mem::take(&mut self.refs)
     }
 
+    /// An emptied vector that [`Self::end_input`] returned, kept for the next input (of this
+    /// session, or of the next one: [`Self::take_refs_spare`]): no allocation per message.
+    pub(crate) fn recycle_refs(&mut self, mut v: Vec<core::ops::Range<usize>>) {
+        v.clear();
+        if self.refs.is_empty() && v.capacity() > self.refs.capacity() {
+            self.refs = v;
+        }
+    }
+
+    /// The vector for input ranges, to keep between sessions ([`Self::recycle_refs`]).
+    pub(crate) fn take_refs_spare(&mut self) -> Vec<core::ops::Range<usize>> {
+        debug_assert!(self.refs.is_empty(), "input ranges outside an input");
+        core::mem::take(&mut self.refs)
+    }
+
     /// Whether the session has the caller's buffers (a stream `recv`).
     pub(crate) fn has_sink(&self) -> bool {
         self.sink.is_some()

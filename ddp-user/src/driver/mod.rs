@@ -734,6 +734,7 @@ impl Shared {
         }
         let mut mem = SessionMem::new(&self.engine.registry, sink);
         mem.overflow = st.backlog.take_spare();
+        mem.recycle_refs(core::mem::take(&mut st.spare_refs));
         if matches!(st.phase, Phase::Open) {
             // Bytes that came with the MPA exchange (the peer's first FPDUs, already out of
             // the socket) are processed now even when an application thread reads the input:
