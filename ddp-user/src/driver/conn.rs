@@ -922,9 +922,6 @@ impl ConnState {
             }
             // Pure byte stream: large buffered reads. Otherwise direct placement is likely
             // next: read headers in small bites, and only a small tail after a placement.
-            if conn.rx_ulpdu_len().is_some_and(|l| l >= STREAM_DIRECT_MIN) {
-                (self.large_stream, self.small_run) = (true, 0); // (a large FPDU's payload is next)
-            }
             let mut plan = conn.rx_plan();
             if matches!(
                 plan,
@@ -1020,7 +1017,6 @@ impl ConnState {
                     }
                 }
                 RxPlan::Buffered => {
-                    // (a reader's buffer with room for large FPDUs: the header first)
                     // (a reader's buffer with room for large FPDUs: up to the next header)
                     let to_end = conn.rx_octets_to_end();
                     let header_first = self.large_stream
@@ -1059,8 +1055,9 @@ impl ConnState {
             if let Ok(n) = got {
                 inq_floor = inq_floor.saturating_sub(n);
             }
+            // (the read ended in a large FPDU's payload; the next round and session see it)
             if conn.rx_ulpdu_len().is_some_and(|l| l >= STREAM_DIRECT_MIN) {
-                (self.large_stream, self.small_run) = (true, 0); // (the read ended in a large FPDU's payload)
+                (self.large_stream, self.small_run) = (true, 0);
             }
             match got {
                 Ok(0) => {
@@ -1112,18 +1109,15 @@ impl ConnState {
         sh: &Shared,
         mem: &mut SessionMem<'_, '_, '_>,
     ) -> Result<bool, Errno> {
-        if self.conn.is_none() {
-            return Ok(true);
-        }
-        if self.tcp_shut_wr {
-            return Ok(self.tail.is_none());
-        }
         if self.bytes_tx >= self.mss_check_at {
             self.recheck_mss(sh);
         }
         let Some(conn) = self.conn.as_mut() else {
             return Ok(true);
         };
+        if self.tcp_shut_wr {
+            return Ok(self.tail.is_none());
+        }
         // everything queued goes out now
         self.deferred_wrs = 0;
         self.deferred_bytes = 0;
