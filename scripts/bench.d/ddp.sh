@@ -63,19 +63,13 @@ on() { local cpu=$1; shift; if [ "$pin" = 1 ]; then taskset -c "$cpu" "$@"; else
 # prints column COLUMN of the client's table row starting with ROW. SIDE tcp runs without the
 # library, ddp under it. Returns 1 (output shown on stderr) if either side fails.
 measure() {
-  local side=$1 scpu=$2 ccpu=$3 prog=$4 sargs=$5 cargs=$6 col=$7 row=$8 pre="" port="" i
+  local side=$1 scpu=$2 ccpu=$3 prog=$4 sargs=$5 cargs=$6 col=$7 row=$8 pre="" port=""
   [ "$side" = ddp ] && pre=$lib
   : > "$tmp/srv"
   # shellcheck disable=SC2086
   LD_PRELOAD=$pre on "$scpu" timeout 300 "$apps/$prog" -s -a 127.0.0.1 -p 0 -K 1 $sargs > "$tmp/srv" 2>&1 &
   spid=$!
-  for ((i = 0; i < 200; i++)); do
-    port=$(sed -n 's/.*listening on .*:\([0-9][0-9]*\) (.*/\1/p' "$tmp/srv")
-    [ -n "$port" ] && break
-    kill -0 "$spid" 2>/dev/null || break
-    sleep 0.05  # bounded polling of the server's readiness line
-  done
-  if [ -z "$port" ]; then
+  if ! port=$(listen_port "$tmp/srv" "$spid"); then
     cat "$tmp/srv" >&2; echo "$prog server ($side) did not start" >&2
     kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; spid=""; return 1
   fi

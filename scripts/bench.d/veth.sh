@@ -59,19 +59,13 @@ timed() {
 # measure SIDE MODE SIZE: one xs-bw run (server in NB, client in NA); prints
 # "MB/s rx-cpu-s/GB tx-cpu-s/GB". SIDE tcp runs without the library.
 measure() {
-  local side=$1 mode=$2 size=$3 pre="" smode=tcp port="" i
+  local side=$1 mode=$2 size=$3 pre="" smode=tcp port=""
   [ "$side" = ddp ] && { pre=$lib; smode=ddp; }
   : > "$tmp/srv"
   timed "$NB" "$scpu" "$tmp/srv" env LD_PRELOAD="$pre" timeout 120 \
     "$apps/xs-bw" -s -a "$IPB" -p 0 -K 1 -m "$smode" &
   spid=$!
-  for ((i = 0; i < 200; i++)); do
-    port=$(sed -n 's/.*listening on .*:\([0-9][0-9]*\) (.*/\1/p' "$tmp/srv")
-    [ -n "$port" ] && break
-    kill -0 "$spid" 2>/dev/null || break
-    sleep 0.05  # bounded polling of the server's readiness line
-  done
-  if [ -z "$port" ]; then
+  if ! port=$(listen_port "$tmp/srv" "$spid"); then
     cat "$tmp/srv" >&2; echo "xs-bw server ($side) did not start" >&2
     kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; spid=""; return 1
   fi

@@ -42,6 +42,20 @@ wait_port() {
   done
 }
 
+# listen_port FILE PID: the port of the first "listening on ADDR:PORT (" line a test-app
+# server (started as PID, output to FILE) prints; bounded: 10 s, or until PID exits. Prints
+# nothing and returns 1 if there was none.
+listen_port() {
+  local f=$1 pid=$2 i port
+  for ((i = 0; i < 200; i++)); do
+    port=$(sed -n 's/.*listening on .*:\([0-9][0-9]*\) (.*/\1/p' "$f")
+    [ -n "$port" ] && { echo "$port"; return 0; }
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05  # bounded polling of the server's readiness line
+  done
+  return 1
+}
+
 # build_release: the release build of the workspace (libexsock.so and the tools).
 build_release() { cargo build --release --workspace --quiet; }
 
