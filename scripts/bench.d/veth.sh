@@ -11,8 +11,9 @@
 #   - write:  xs-bw -m write (RDMA Writes) 1 MiB vs xs-bw -m tcp with 1 MiB writes.
 # EXSOCK_BENCH_SECONDS (default 2) a sample, CRC on, sampled content checks; sender and receiver
 # on one CPU each. Each sample also records the receiver's and the sender's CPU seconds per GB
-# (user + system, from bash's `time`). Prints the samples, medians and ratios to TCP. Needs
-# root (ip netns). A benchmark: it measures and prints, it does not fail on a missed target.
+# (user + system, from bash's `time`). Prints the samples, medians and ratios to TCP, and
+# writes them to bench-results/veth.md (EXSOCK_BENCH_OUT: elsewhere). Needs root (ip netns).
+# A benchmark: it measures and prints, it does not fail on a missed target.
 . "$(dirname "$0")/../lib/common.sh"
 
 [ "$(id -u)" -eq 0 ] || die "bench veth needs root (network namespaces)"
@@ -118,9 +119,11 @@ for mtu in $mtus; do
   done
 done
 
-python3 - "$tmp/samples" "$runs" "$machine" <<'PY'
-import statistics, sys
-path, runs, machine = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out=${EXSOCK_BENCH_OUT:-$EXSOCK_ROOT/bench-results/veth.md}
+mkdir -p "$(dirname "$out")"
+python3 - "$tmp/samples" "$runs" "$machine" "$out" <<'PY'
+import statistics, sys, time
+path, runs, machine, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 s = {}
 for line in open(path):
     mtu, kind, side, *v = line.split()
@@ -147,4 +150,23 @@ for k in sorted(s):
 failed = sum(1 for vs in s.values() for v in vs if v[0] != v[0])
 if failed:
     print(f"  FAILED samples: {failed} (after one retry each; see stderr)")
+# the same as a markdown table, for bench-results/
+md = ["# exsock across a veth pair (`scripts/bench veth`)", "",
+      f"Machine: {machine}. Generated on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+      f"medians of {runs} alternating runs; xs-bw between two network namespaces joined by a veth "
+      "pair, sender and receiver on one CPU each; DDP with CRC on. CPU: user + system seconds "
+      "per GB moved, receiver / sender.", "",
+      "| MTU | test | TCP MB/s | DDP MB/s | × TCP | CPU s/GB TCP | CPU s/GB DDP |",
+      "|---:|---|---:|---:|---:|---:|---:|"]
+for mtu in sorted({k[0] for k in s}):
+    for name, bk, bs, dk, ds in rows:
+        b, d = (mtu, bk, bs), (mtu, dk, ds)
+        md.append(f"| {mtu} | {name} | {med(b, 0):.0f} | {med(d, 0):.0f} | {med(d, 0) / med(b, 0):.2f} "
+                  f"| {med(b, 1):.2f} / {med(b, 2):.2f} | {med(d, 1):.2f} / {med(d, 2):.2f} |")
+md += ["", "Samples (MB/s, CPU rx/tx):", ""]
+for k in sorted(s):
+    md.append(f"- MTU {k[0]} {k[1]} {k[2]}: " + ", ".join(
+        "fail" if v[0] != v[0] else f"{v[0]:.0f} ({v[1]:.2f}/{v[2]:.2f})" for v in s[k]))
+open(out, "w").write("\n".join(md) + "\n")
+print(f"  results: {out}")
 PY
