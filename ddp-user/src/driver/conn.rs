@@ -431,6 +431,8 @@ pub(crate) struct ConnState {
     /// The stream's FPDUs were large lately (see [`STREAM_DIRECT_MIN`]): a reader's
     /// receive reads a header first, so that the payload can go straight into its buffer.
     large_stream: bool,
+    /// In `Engine::held` (see `Shared::mark_held`).
+    pub(crate) in_held: bool,
     /// The input-range vector kept between sessions (`SessionMem::recycle_refs`).
     pub(crate) spare_refs: Vec<Range<usize>>,
     /// Small FPDUs read in a row since the last large one: [`SMALL_RUN_END`] of them end
@@ -546,6 +548,7 @@ impl ConnState {
             announces: 0,
             large_stream: false,
             spare_refs: Vec::new(),
+            in_held: false,
             small_run: 0,
             inq_floor: 0,
             poll_reader: false,

@@ -385,7 +385,6 @@ impl Shared {
         }
         if st.lazy_until.take().is_some() {
             LAZY.fetch_sub(1, Ordering::Relaxed);
-            self.unmark_held(st);
         }
         self.rearm(st);
     }

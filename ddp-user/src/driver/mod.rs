@@ -68,10 +68,11 @@ pub(crate) struct Engine {
     /// Sockets with a deadline (non-blocking MPA exchange, close linger).
     timed: Mutex<HashSet<u64>>,
     /// Sockets whose TCP fd is held lazily or that hold received data for a reader
-    /// (`lazy_until` or `hold_until` set): what [`release_lazy`] and [`flush_held`] walk.
-    /// A subset of `timed`, which also keeps sockets whose holds ended until the progress
-    /// thread's next deadline round: with 1,000 sockets in an epoll group, walking `timed`
-    /// before every blocking `epoll_wait` cost the server 9–11 % of its CPU.
+    /// (`lazy_until` or `hold_until` set), and those released since the last walk: what
+    /// [`release_lazy`] and [`flush_held`] walk (and prune). Smaller than `timed`, which
+    /// keeps sockets until the progress thread's next deadline round: with 1,000 sockets in
+    /// an epoll group, walking `timed` before every blocking `epoll_wait` cost the server
+    /// 9–11 % of its CPU.
     held: Mutex<HashSet<u64>>,
     /// Epoll groups ([`group`]), by id.
     groups: Mutex<HashMap<u64, Arc<group::Group>>>,
@@ -143,6 +144,7 @@ pub fn flush_held() {
         if st.hold_until.is_some() {
             sh.end_hold(&mut st);
         }
+        sh.unmark_held(&mut st);
     });
 }
 
@@ -210,6 +212,7 @@ pub fn release_lazy() {
                 sh.end_lazy(&mut st);
             }
         }
+        sh.unmark_held(&mut st);
     });
 }
 
@@ -853,7 +856,6 @@ impl Shared {
             // Work only the progress thread can do (an unsent tail, a close): no laziness.
             st.lazy_until = None;
             LAZY.fetch_sub(1, Ordering::Relaxed);
-            self.unmark_held(st);
         }
         let pollers_only = st.inline > 0 && st.inline == st.pollers;
         if (st.inline == 0 && st.lazy_until.is_none()) || pollers_only {
@@ -927,7 +929,7 @@ impl Shared {
             st.lazy_until = Some(at);
             if first {
                 LAZY.fetch_add(1, Ordering::Relaxed);
-                lock(&self.engine.held).insert(self.id);
+                self.mark_held(st);
                 self.engine.watch_deadline_at(self.id, Some(at));
             }
         }
@@ -939,14 +941,25 @@ impl Shared {
     pub(crate) fn end_lazy(&self, st: &mut ConnState) {
         if st.lazy_until.take().is_some() {
             LAZY.fetch_sub(1, Ordering::Relaxed);
-            self.unmark_held(st);
         }
         self.rearm(st);
     }
 
-    /// The socket is neither held lazily nor holds data any more: it leaves `Engine::held`.
-    pub(crate) fn unmark_held(&self, st: &ConnState) {
-        if st.lazy_until.is_none() && st.hold_until.is_none() {
+    /// The socket is held lazily or holds data: it enters `Engine::held` (once: it leaves
+    /// only when a walk finds it neither, [`Shared::unmark_held`], so that a socket held
+    /// and released with every message costs no set operation each time).
+    fn mark_held(&self, st: &mut ConnState) {
+        if !st.in_held {
+            st.in_held = true;
+            lock(&self.engine.held).insert(self.id);
+        }
+    }
+
+    /// For the walks of `Engine::held`: a socket found neither held lazily nor holding data
+    /// leaves the set.
+    fn unmark_held(&self, st: &mut ConnState) {
+        if st.in_held && st.lazy_until.is_none() && st.hold_until.is_none() {
+            st.in_held = false;
             lock(&self.engine.held).remove(&self.id);
         }
     }
@@ -980,7 +993,7 @@ impl Shared {
         st.hold_until = Some(now + keep);
         if first {
             HELD.fetch_add(1, Ordering::Relaxed);
-            lock(&self.engine.held).insert(self.id);
+            self.mark_held(st);
             self.engine.watch_deadline_at(self.id, Some(now + keep));
         }
     }
@@ -990,7 +1003,6 @@ impl Shared {
     pub(crate) fn end_hold(&self, st: &mut ConnState) {
         if st.hold_until.take().is_some() {
             HELD.fetch_sub(1, Ordering::Relaxed);
-            self.unmark_held(st);
         }
         self.drain_stale_signal();
         if st.hold {
