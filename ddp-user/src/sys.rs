@@ -184,6 +184,17 @@ pub fn close(fd: RawFd) -> Result<()> {
     cvt(unsafe { libc::syscall(libc::SYS_close, fd) }).map(drop)
 }
 
+/// Lets go of the file open at `fd` while keeping the number taken: an inert eventfd is put
+/// in its place (`dup3`, close-on-exec), so that no other open can get the number while
+/// code that still holds it runs. The file's other descriptors (and processes) keep it.
+pub fn retire(fd: RawFd) -> Result<()> {
+    let inert = eventfd()?;
+    // SAFETY: plain syscall on integers.
+    let r = cvt(unsafe { libc::syscall(libc::SYS_dup3, inert, fd, libc::O_CLOEXEC) });
+    let _ = close(inert);
+    r.map(drop)
+}
+
 /// `socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | extra, 0)`.
 pub fn socketpair(extra_flags: c_int) -> Result<(RawFd, RawFd)> {
     let mut fds = [-1 as c_int; 2];
