@@ -221,6 +221,30 @@ unsafe fn poll_inline(
     // Fds whose socket holds stream data for its next read (`poll_held`): readable now.
     let mut held_now = [0usize; MAX_INLINE];
     let mut h_n = 0;
+    // One DDP fd asked only for `POLLOUT` (a check before a write), in an array we may read
+    // (the caller's on the main stack, or ours): answered here when the socket says the
+    // kernel's answer would be `POLLOUT` and nothing else (`DdpSocket::poll_out_ready`).
+    if n == 1 && ddp_user::engine_started() {
+        let readable = own_array || on_main_stack(fds.cast(), core::mem::size_of::<pollfd>());
+        if readable {
+            // SAFETY: readable memory (see above), one entry; written back the same way.
+            let p = unsafe { fds.read() };
+            if p.fd >= 0
+                && p.events & (libc::POLLOUT | libc::POLLWRNORM) != 0
+                && p.events & (libc::POLLIN | libc::POLLRDNORM | libc::POLLPRI) == 0
+                && let Some(h) = fdtable::lookup_marked(p.fd)
+                && let Ok(Some(r)) = route::ddp_socket(h)
+                && let Some(c) = r.conn()
+                && c.sock.poll_out_ready()
+            {
+                // SAFETY: as above (the main stack is writable, as is our own array).
+                unsafe {
+                    (*fds).revents = p.events & (libc::POLLOUT | libc::POLLWRNORM);
+                }
+                return Ok(1);
+            }
+        }
+    }
     // Only sets that fit the stack copy, in a process with DDP sockets.
     if ddp_user::engine_started() && n > 0 && n as usize + MAX_INLINE <= STACK_FDS {
         if !own_array && !on_main_stack(fds.cast(), n as usize * core::mem::size_of::<pollfd>()) {

@@ -593,6 +593,12 @@ impl ConnState {
             && self.conn.as_ref().is_some_and(|c| c.state() == State::Open)
     }
 
+    /// Whether the application's end of the socketpair is as the engine left it: not shut
+    /// down by a raw syscall (`eng_end` saw no EOF).
+    pub(crate) fn eng_open(&self) -> bool {
+        !self.eng_rd_eof
+    }
+
     /// Whether the MPA exchange is still running.
     pub(crate) fn is_connecting(&self) -> bool {
         matches!(self.phase, Phase::Startup(_))

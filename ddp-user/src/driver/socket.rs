@@ -471,6 +471,34 @@ impl DdpSocket {
         self.epoll_held().is_some()
     }
 
+    /// For `poll`/`ppoll` asking only for `POLLOUT` on the app fd: whether the kernel would
+    /// answer exactly `POLLOUT` for it now, so that the caller may answer without asking it.
+    /// The app fd is the socketpair's app end, writable unless sends spilled into it; true
+    /// only while nothing else could show as well (the connection open, neither side shut
+    /// down, no pending error, no EOF) and the state's lock is free. A `poll(POLLOUT)`
+    /// before each write (request-response clients) saves a system call.
+    pub fn poll_out_ready(&self) -> bool {
+        let sh = self.sh();
+        if sh.in_child() || sh.user_closed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Ok(st) = sh.st.try_lock() else {
+            return false;
+        };
+        !st.spilled
+            && st.is_open()
+            && !st.finalized
+            && st.close_deadline.is_none()
+            && !st.want_shut_wr
+            && !st.tcp_shut_wr
+            && !st.rd_shut
+            && !st.eng_shut
+            && !st.rx_eof
+            && !st.conn_done
+            && st.so_error == 0
+            && st.eng_open()
+    }
+
     /// For `epoll_wait` on a set that watches this socket for input (and nothing else does):
     /// as [`DdpSocket::poll_held`], with the count of stream bytes received so far when data
     /// is held (it changes with every arrival: what an edge-triggered registration reports;
