@@ -117,8 +117,10 @@ static int wait_done(struct st *s, int wr, const char *what)
 	return 0;
 }
 
-/* The next control message (receives complete in posting order: 0, 1, 0, 1, ...). */
-static int next_ctl(struct st *s, void *out, uint32_t want_len, const char *what)
+/* The next control message (receives complete in posting order: 0, 1, 0, 1, ...); its
+ * receive is posted again unless it is the last one (after the peer's goodbye the peer may
+ * have closed already: a receive posted then fails with EPIPE, as it should). */
+static int next_ctl_ex(struct st *s, void *out, uint32_t want_len, const char *what, int last)
 {
 	int j = s->next_ctl;
 	while (!s->ctl_done[j])
@@ -130,12 +132,17 @@ static int next_ctl(struct st *s, void *out, uint32_t want_len, const char *what
 	}
 	memcpy(out, s->ctlr[j], want_len);
 	s->ctl_done[j] = 0;
-	if (xs_post_recv(&s->cq, WR_CTL_RECV + (uint64_t)j, s->ctlr[j], 64) != 0) {
+	if (!last && xs_post_recv(&s->cq, WR_CTL_RECV + (uint64_t)j, s->ctlr[j], 64) != 0) {
 		xs_perr("ddp_post_recv");
 		return -1;
 	}
 	s->next_ctl ^= 1;
 	return 0;
+}
+
+static int next_ctl(struct st *s, void *out, uint32_t want_len, const char *what)
+{
+	return next_ctl_ex(s, out, want_len, what, 0);
 }
 
 static int send_buf(struct st *s, void *buf, size_t len, const char *what)
@@ -154,9 +161,9 @@ static int send_ctl(struct st *s, uint32_t type, uint32_t size, uint32_t iter, u
 	return send_buf(s, &s->sctl, sizeof s->sctl, "control message");
 }
 
-static int recv_ctl(struct st *s, struct ctl *c, const char *what)
+static int recv_ctl_ex(struct st *s, struct ctl *c, const char *what, int last)
 {
-	if (next_ctl(s, c, sizeof *c, what) != 0)
+	if (next_ctl_ex(s, c, sizeof *c, what, last) != 0)
 		return -1;
 	c->magic = ntohl(c->magic);
 	c->type = ntohl(c->type);
@@ -168,6 +175,11 @@ static int recv_ctl(struct st *s, struct ctl *c, const char *what)
 		return -1;
 	}
 	return 0;
+}
+
+static int recv_ctl(struct st *s, struct ctl *c, const char *what)
+{
+	return recv_ctl_ex(s, c, what, 0);
 }
 
 static uint64_t write_seed(uint32_t size, uint32_t iter) { return xs_seed(PROG_ID, size, iter); }
@@ -319,7 +331,7 @@ static int client(struct st *s, const struct xs_plan *p, uint32_t maxsize)
 		       xs_prog, xs_fmt_size(size, sb), p->iters);
 	}
 	struct ctl c;
-	if (send_ctl(s, T_BYE, 0, 0, 0) != 0 || recv_ctl(s, &c, "the server's goodbye") != 0)
+	if (send_ctl(s, T_BYE, 0, 0, 0) != 0 || recv_ctl_ex(s, &c, "the server's goodbye", 1) != 0)
 		return -1;
 	if (c.type != T_BYE) {
 		xs_msg("unexpected answer to goodbye (type %u)", c.type);
