@@ -239,7 +239,9 @@ unsafe fn poll_inline(
             {
                 // SAFETY: as above (the main stack is writable, as is our own array).
                 unsafe {
-                    (*fds).revents = p.events & (libc::POLLOUT | libc::POLLWRNORM);
+                    // (what the kernel sets for a writable unix socket, as asked)
+                    (*fds).revents =
+                        p.events & (libc::POLLOUT | libc::POLLWRNORM | libc::POLLWRBAND);
                 }
                 return Ok(1);
             }
