@@ -70,7 +70,7 @@ start_capture() {
   cap_sentinel=$(free_port)
   dumpcap -i lo -f "tcp port $2 or tcp port $cap_sentinel" -B 64 -P -w "$tmp/$1.pcap" > "$tmp/$1.dumpcap.log" 2>&1 &
   cap_pid=$!; pids+=("$cap_pid")
-  wait_for "dumpcap to capture on lo" 15 "$cap_pid" grep -q "Capturing on" "$tmp/$1.dumpcap.log" \
+  wait_for "dumpcap to capture on lo" 15 "$cap_pid" grep -qs "Capturing on" "$tmp/$1.dumpcap.log" \
     || { cat "$tmp/$1.dumpcap.log"; die "the capture did not start"; }
   # "Capturing on" is printed before packets really reach the file: probe the sentinel port
   # until a probe is in the capture, so nothing of the test's traffic can be missed

@@ -130,7 +130,7 @@ start_capture() {
   cap_port=$2
   dumpcap -i lo -f "tcp port $2" -B 64 -P -w "$f" > "$tmp/$1.dumpcap.log" 2>&1 &
   cap_pid=$!; pids+=("$cap_pid")
-  wait_for "dumpcap to start on lo" 15 "$cap_pid" grep -q "Capturing on" "$tmp/$1.dumpcap.log" \
+  wait_for "dumpcap to start on lo" 15 "$cap_pid" grep -qs "Capturing on" "$tmp/$1.dumpcap.log" \
     || { cat "$tmp/$1.dumpcap.log"; die "the capture did not start"; }
   for ((i = 0; i < 150; i++)); do
     probes+=("$(syn_from_port "$2")")

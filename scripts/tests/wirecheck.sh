@@ -8,7 +8,9 @@
 # the other direction) must pass with exactly the counts of the original, and the same copy must still
 # fail on a real fault: an FPDU octet flipped (Bad CRC32), a retransmitted copy that differs, a
 # garbled ULPDU length, octets missing from the capture, an FPDU truncated before the FIN. A
-# capture that stops inside an FPDU (no FIN) passes with a note.
+# capture that stops inside an FPDU (no FIN) passes with a note. A copy re-cut so that a segment
+# ends 6 octets into an FPDU (tshark 4.0 then loses the FPDU boundaries) passes with a note and
+# the original's counts, and fails on an octet flipped or a ULPDU length garbled after that point.
 set -euo pipefail
 . "$(dirname "$0")/../lib/common.sh"
 
@@ -99,6 +101,9 @@ PY
 # len: V's ULPDU_LENGTH 8 more in every copy; gap: S's first half and its retransmission never
 # captured. MODE cut / cut-fin (no disorder): the initiator's last FPDU segment cut to its first
 # half, and then the capture stops (cut) or only the initiator's FIN follows (cut-fin).
+# MODE lostsync (no disorder): the initiator's 2nd and 3rd FPDU segments re-cut so that one
+# segment ends 6 octets into the 3rd FPDU; lostsync-flip: also an octet of the 5th FPDU's
+# payload flipped; lostsync-len: the 5th FPDU's ULPDU_LENGTH 8 more.
 disorder() {
   python3 - "$@" <<'PY'
 import struct, sys
@@ -133,10 +138,16 @@ def csum(b):
 def seg(fr, off, n, flip=None):
     """frame fr carrying only payload octets [off, off + n) (sequence number moved along), the
     octet at payload offset flip inverted; IP and TCP checksums recomputed"""
-    ip, tcp, pl, _ = parts(fr)
+    pl = parts(fr)[2]
     body = bytearray(fr[pl + off:pl + off + n])
     if flip is not None and off <= flip < off + n:
         body[flip - off] ^= 0x5a
+    return carry(fr, off, body)
+
+def carry(fr, off, body):
+    """frame fr with the payload body instead, its sequence number off octets further"""
+    ip, tcp, pl, _ = parts(fr)
+    n = len(body)
     out = bytearray(fr[:pl]) + body
     struct.pack_into(">H", out, ip + 2, pl - ip + n)
     struct.pack_into(">H", out, ip + 10, 0)
@@ -174,6 +185,22 @@ if mode in ("cut", "cut-fin"):
             seq = struct.unpack_from(">I", fr, p[1] + 4)[0]
             struct.pack_into(">I", fr, p[1] + 4, (seq - (size(L) - half)) % 2**32)
             out[i] = [seg(fr, 0, p[3] - p[2])]
+elif mode.startswith("lostsync"):
+    # X = the initiator's 2nd FPDU segment, Y the next one: X's first 10 octets, then the rest
+    # of X together with Y's first 6 octets, then the rest of Y
+    X, Y = up[1], up[2]
+    fx, fy = recs[X][1], recs[Y][1]
+    (_, tx, plx, ex), (_, ty, ply, ey) = parts(fx), parts(fy)
+    sx, sy = (struct.unpack_from(">I", fr, t + 4)[0] for fr, t in ((fx, tx), (fy, ty)))
+    assert sy == (sx + ex - plx) % 2**32 and ex - plx > 10 and ey - ply > 6, "X, Y: FPDUs in a row"
+    out[X] = [seg(fx, 0, 10), carry(fx, 10, fx[plx + 10:ex] + fy[ply:ply + 6])]
+    out[Y] = [seg(fy, 6, ey - ply - 6)]
+    W = up[4]
+    pw = parts(recs[W][1])[2]
+    if mode == "lostsync-flip":  # an octet of a later FPDU's payload, its only copy
+        recs[W][1][pw + 20] ^= 0x5a
+    elif mode == "lostsync-len":
+        struct.pack_into(">H", recs[W][1], pw, struct.unpack_from(">H", recs[W][1], pw)[0] + 8)
 else:
     if mode == "len":
         pl = parts(recs[V][1])[2]
@@ -243,6 +270,16 @@ disorder "$caps/rping-crc.lo.pcap" "$tmp/disorder-len.pcap" len
 expect_fail "$tmp/disorder-len.pcap" "not dissected as iWARP MPA"
 disorder "$caps/rping-crc.lo.pcap" "$tmp/disorder-gap.pcap" gap
 expect_fail "$tmp/disorder-gap.pcap" "42 bytes of the initiator's data were not captured"
+# tshark 4.0 loses the FPDU boundaries after a segment that ends a few octets into an FPDU:
+# without the re-check wirecheck would fail this correct traffic; with it the counts are the
+# original's, with a note; a fault after that point still fails in the re-cut capture
+disorder "$caps/rping-crc.lo.pcap" "$tmp/lostsync.pcap" lostsync
+expect_pass "$tmp/lostsync.pcap" "tshark 4.0 lost the FPDU boundaries ([1-9][0-9]* problems) after TCP segments that end inside an FPDU's first 7 octets (the initiator's at relative seq" \
+  "FPDUs: 35  good CRCs: 35  bad CRCs: 0  CRC negotiated: yes" "Write 5, Read Request 5, Read Response 5, Send 20, Send Inv 0"
+disorder "$caps/rping-crc.lo.pcap" "$tmp/lostsync-flip.pcap" lostsync-flip
+expect_fail "$tmp/lostsync-flip.pcap" "the re-cut capture (one segment per FPDU) fails too: frame [0-9]*: Bad CRC32"
+disorder "$caps/rping-crc.lo.pcap" "$tmp/lostsync-len.pcap" lostsync-len
+expect_fail "$tmp/lostsync-len.pcap" "stream 0: not re-checked in a re-cut capture: the initiator's stream: its last FPDU (relative seq [0-9]*, [0-9]* octets) is cut short by the FIN or RST"
 # a capture that stops inside an FPDU is not a fault of the traffic; an FPDU cut short by a FIN is
 disorder "$caps/rping-crc.lo.pcap" "$tmp/cut.pcap" cut
 expect_pass "$tmp/cut.pcap" "the capture ends inside the initiator's last FPDU (relative seq 805, ULPDU_LENGTH 34, 40 octets; 20 octets captured" \
