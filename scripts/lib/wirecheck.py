@@ -397,12 +397,17 @@ class Check:
 
 
 def stream_octets(c, d, payload):
-    """the octets of one direction, first copy of each (the copies were compared)"""
+    """the octets of one direction, the first copy of each (the copies were compared, except a
+    keep-alive's octet, which may be garbage)"""
     v = c["dirs"][d]
     out = bytearray(v["total"])
+    filled = Ranges()
     for f in v["frames"]:
-        if f["a"] is not None and f["frame"] in payload:
-            out[f["a"] - 1:f["b"] - 1] = payload[f["frame"]][:f["len"]]
+        if f["a"] is None or f["frame"] not in payload:
+            continue
+        for a, b in filled.holes(f["a"], f["b"]):
+            out[a - 1:b - 1] = payload[f["frame"]][a - f["a"]:b - f["a"]]
+        filled.add(f["a"], f["b"])
     return out
 
 

@@ -103,7 +103,8 @@ PY
 # half, and then the capture stops (cut) or only the initiator's FIN follows (cut-fin).
 # MODE lostsync (no disorder): the initiator's 2nd and 3rd FPDU segments re-cut so that one
 # segment ends 6 octets into the 3rd FPDU; lostsync-flip: also an octet of the 5th FPDU's
-# payload flipped; lostsync-len: the 5th FPDU's ULPDU_LENGTH 8 more.
+# payload flipped; lostsync-len: the 5th FPDU's ULPDU_LENGTH 8 more; disorder-lostsync: the
+# disorder, and the 6th and 7th re-cut that way.
 disorder() {
   python3 - "$@" <<'PY'
 import struct, sys
@@ -173,6 +174,17 @@ up, down = data[True], data[False]
 assert len(up) >= 5 and len(down) >= 4, "too few FPDU segments in " + src
 S, T, U, V = up[1:5]
 out = {}  # record index -> the frames written instead of it
+
+def lostsync(X, Y):
+    """X, Y: FPDU segments in a row: X's first 10 octets, then the rest of X together with Y's
+    first 6 octets, then the rest of Y"""
+    fx, fy = recs[X][1], recs[Y][1]
+    (_, tx, plx, ex), (_, ty, ply, ey) = parts(fx), parts(fy)
+    sx, sy = (struct.unpack_from(">I", fr, t + 4)[0] for fr, t in ((fx, tx), (fy, ty)))
+    assert sy == (sx + ex - plx) % 2**32 and ex - plx > 10 and ey - ply > 6, "X, Y: FPDUs in a row"
+    out[X] = [seg(fx, 0, 10), carry(fx, 10, fx[plx + 10:ex] + fy[ply:ply + 6])]
+    out[Y] = [seg(fy, 6, ey - ply - 6)]
+
 if mode in ("cut", "cut-fin"):
     L = up[-1]
     half = size(L) // 2
@@ -186,15 +198,7 @@ if mode in ("cut", "cut-fin"):
             struct.pack_into(">I", fr, p[1] + 4, (seq - (size(L) - half)) % 2**32)
             out[i] = [seg(fr, 0, p[3] - p[2])]
 elif mode.startswith("lostsync"):
-    # X = the initiator's 2nd FPDU segment, Y the next one: X's first 10 octets, then the rest
-    # of X together with Y's first 6 octets, then the rest of Y
-    X, Y = up[1], up[2]
-    fx, fy = recs[X][1], recs[Y][1]
-    (_, tx, plx, ex), (_, ty, ply, ey) = parts(fx), parts(fy)
-    sx, sy = (struct.unpack_from(">I", fr, t + 4)[0] for fr, t in ((fx, tx), (fy, ty)))
-    assert sy == (sx + ex - plx) % 2**32 and ex - plx > 10 and ey - ply > 6, "X, Y: FPDUs in a row"
-    out[X] = [seg(fx, 0, 10), carry(fx, 10, fx[plx + 10:ex] + fy[ply:ply + 6])]
-    out[Y] = [seg(fy, 6, ey - ply - 6)]
+    lostsync(up[1], up[2])
     W = up[4]
     pw = parts(recs[W][1])[2]
     if mode == "lostsync-flip":  # an octet of a later FPDU's payload, its only copy
@@ -219,6 +223,8 @@ else:
     out[V] = [recs[V][1]]
     out[down[0]] = [recs[down[0]][1], recs[down[0]][1]]
     out[down[2]], out[down[3]] = [recs[down[3]][1]], [recs[down[2]][1]]
+    if mode == "disorder-lostsync":
+        lostsync(up[5], up[6])
 with open(dst, "wb") as w:
     w.write(d[:24])
     for i, (ts, fr) in enumerate(recs):
@@ -275,6 +281,10 @@ expect_fail "$tmp/disorder-gap.pcap" "42 bytes of the initiator's data were not 
 # original's, with a note; a fault after that point still fails in the re-cut capture
 disorder "$caps/rping-crc.lo.pcap" "$tmp/lostsync.pcap" lostsync
 expect_pass "$tmp/lostsync.pcap" "tshark 4.0 lost the FPDU boundaries ([1-9][0-9]* problems) after TCP segments that end inside an FPDU's first 7 octets (the initiator's at relative seq" \
+  "FPDUs: 35  good CRCs: 35  bad CRCs: 0  CRC negotiated: yes" "Write 5, Read Request 5, Read Response 5, Send 20, Send Inv 0"
+# ... also after the disorder above (the keep-alive's garbage octet is not taken for data)
+disorder "$caps/rping-crc.lo.pcap" "$tmp/disorder-lostsync.pcap" disorder-lostsync
+expect_pass "$tmp/disorder-lostsync.pcap" "tshark 4.0 lost the FPDU boundaries" \
   "FPDUs: 35  good CRCs: 35  bad CRCs: 0  CRC negotiated: yes" "Write 5, Read Request 5, Read Response 5, Send 20, Send Inv 0"
 disorder "$caps/rping-crc.lo.pcap" "$tmp/lostsync-flip.pcap" lostsync-flip
 expect_fail "$tmp/lostsync-flip.pcap" "the re-cut capture (one segment per FPDU) fails too: frame [0-9]*: Bad CRC32"
