@@ -41,7 +41,7 @@ use ddp_proto::conn::{
 };
 use ddp_proto::ddp::{Memory, Sge};
 use ddp_proto::error::ProtoError;
-use ddp_proto::mpa::markers::{MAX_ULPDU_LEN, mulpdu};
+use ddp_proto::mpa::markers::{MAX_ULPDU_LEN, fpdu_len_without_markers, mulpdu};
 use ddp_proto::mpa::startup::Negotiated;
 
 use crate::driver::mem::SessionMem;
@@ -113,6 +113,11 @@ const MSS_CHECKS: u32 = 17;
 const NEXT_HEADER: usize = 2 + 18;
 /// Small FPDUs in a row that end a large stream (`ConnState::large_stream`).
 const SMALL_RUN_END: u32 = 4;
+/// The largest FPDU (on the wire) that a direct stream placement reads along with the tail
+/// of the one it places, when one that size followed last time (`ConnState::follow`). A
+/// wrong guess reads that much of a large FPDU's payload into our buffer instead (copied
+/// once, the rest still placed directly).
+const SMALL_FOLLOW_MAX: usize = 2048;
 
 /// Whether at least `need` bytes wait in the receive queue of `fd`; `floor` is what is known
 /// to wait (asked with `FIONREAD` only when it is not enough).
@@ -438,6 +443,12 @@ pub(crate) struct ConnState {
     /// Small FPDUs read in a row since the last large one: [`SMALL_RUN_END`] of them end
     /// `large_stream` (a large message ends with at most one small FPDU).
     small_run: u32,
+    /// Octets of the small FPDU that followed the last stream FPDU placed straight into a
+    /// reader's buffer (its wire length, [`SMALL_FOLLOW_MAX`] at most; 0: a large one
+    /// followed). A write that is not a multiple of the FPDU payload ends in one (64 KiB:
+    /// 65,456 + 80 at the loopback MULPDU), so the next such placement reads it, and the
+    /// next header, in the same `recvmsg`: one read per message instead of two.
+    follow: usize,
     /// When a hold with no application thread inside ends ([`super::LAZY_REARM`] after the
     /// last one left; `Some` while the socket counts in the process's held sockets).
     pub(crate) hold_until: Option<Duration>,
@@ -550,6 +561,7 @@ impl ConnState {
             spare_refs: Vec::new(),
             in_held: false,
             small_run: 0,
+            follow: 0,
             inq_floor: 0,
             poll_reader: false,
             hold_until: None,
@@ -920,6 +932,8 @@ impl ConnState {
         }
         let mut rx_buf = sh.engine.rx_buf_take();
         let mut inq_floor = self.inq_floor;
+        // (with markers in the FPDUs, the follower's length is not where a tail read looks)
+        let markers_rx = self.neg.as_ref().is_some_and(|n| n.markers_rx);
         // Held for a reader (no caller's buffer here): what a reader takes next, not more, so
         // that it is still in the cache when the reader copies it out; the rest waits in
         // the kernel, and the reader's own receive takes it straight into its buffer.
@@ -957,9 +971,11 @@ impl ConnState {
             // with a small tail: the CRC and the next header, so that the next payload can
             // go straight there too.
             let mut tail_len = None;
+            // (where the next FPDU starts in the tail read, after a direct stream placement)
+            let mut follow_at = None;
             if let RxPlan::Direct {
                 target: DirectTarget::Stream { at, left },
-                ..
+                len: run,
             } = plan
             {
                 let large = conn.rx_ulpdu_len().is_some_and(|l| l >= STREAM_DIRECT_MIN);
@@ -980,8 +996,18 @@ impl ConnState {
                     {
                         break;
                     }
-                    // (pad, CRC and the next header: the next payload starts a read too)
-                    tail_len = Some(to_end.map_or(SMALL_READ, |n| n - left + NEXT_HEADER));
+                    // (pad, CRC and the next header: the next payload starts a read too;
+                    // and the small FPDU that followed last time, with the header after it)
+                    tail_len = Some(to_end.map_or(SMALL_READ, |n| {
+                        n - left
+                            + NEXT_HEADER
+                            + if markers_rx || run != left {
+                                0
+                            } else {
+                                self.follow
+                            }
+                    }));
+                    follow_at = to_end.filter(|_| run == left).map(|n| n - left);
                 }
             }
             let big = self.small_rx
@@ -999,6 +1025,15 @@ impl ConnState {
                         Ok((placed, tail)) => {
                             if placed > 0 {
                                 conn.placed_direct(placed, mem);
+                            }
+                            // (the next FPDU's ULPDU_LENGTH, read now: small, or not)
+                            if let Some(at) = follow_at
+                                && !markers_rx
+                                && tail >= at + 2
+                            {
+                                let ulen = u16::from_be_bytes([rx_buf[at], rx_buf[at + 1]]);
+                                let wire = fpdu_len_without_markers(ulen as usize);
+                                self.follow = if wire <= SMALL_FOLLOW_MAX { wire } else { 0 };
                             }
                             if tail > 0 {
                                 input_from(
