@@ -142,7 +142,12 @@ fn all_ops(name: &str, sizes: &[usize]) {
         read(&a, &b, len, seed + 3);
     }
     let ib = b.info().unwrap();
-    if sizes.iter().any(|&s| s >= 65536) {
+    // With markers every 512 octets a payload run is at most 508 octets long, and whether a
+    // read starts at one (direct) or takes it with a large buffered read depends on timing:
+    // under load `ops_nocrc_markers` placed nothing directly in 2 of 30 runs (before and
+    // after session 15's receive change; it failed a CI run once). Only without markers is
+    // direct placement of the large payloads certain.
+    if sizes.iter().any(|&s| s >= 65536) && !oa.markers {
         assert!(ib.placed_direct > 0, "no direct placement at the responder");
         assert!(
             a.info().unwrap().placed_direct > 0,
