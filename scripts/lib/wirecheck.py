@@ -6,6 +6,7 @@ tshark 4.0 lost.
 usage: wirecheck.py PCAP [PORT...]
 """
 import bisect
+import ipaddress
 import os
 import re
 import struct
@@ -461,7 +462,6 @@ def ip_frame(src, dst, sport, dport, seq, ack, flags, payload):
 
 
 def ip_bytes(addr):
-    import ipaddress
     return ipaddress.ip_address(addr).packed
 
 
