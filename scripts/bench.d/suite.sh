@@ -5,6 +5,7 @@
 #   Measures, in one invocation, alternating TCP and DDP run by run (order flipped every run),
 #   over 127.0.0.1, DDP with CRC on, and quotes medians and median ratios to plain TCP:
 #     rtt      ping-pong round trip, sizes 1 B .. 4 MiB: xs-pingpong -m tcp | ddp | ext
+#              plus 64 B in close triplets (TCP, plain, ext back to back) for the targets
 #     bw       window bandwidth (64 messages in flight), sizes 1 B .. 4 MiB: xs-bw -m tcp | ddp | ext
 #     rdma     RDMA Write (xs-bw -m write) and Read (ddp-readbw) 1 MiB, vs TCP 1 MiB writes
 #     rate     64 B message rate (xs-rate: tcp, ddp plain, posted Sends with DDP_MORE, one Send per syscall)
