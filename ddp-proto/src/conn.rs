@@ -106,6 +106,10 @@ pub const MIN_MULPDU: usize = 128;
 /// "some HW may treat STag 0 special").
 pub const RTR_STAG: STag = STag(1);
 
+/// The largest payload [`Connection::send_now_small`] frames (copied into the transmit's
+/// scratch: beyond this, pointing the write at the caller's bytes costs less than the copy).
+pub const SMALL_SEND_MAX: usize = 2048;
+
 /// Per-connection settings that do not come from the MPA negotiation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnConfig {
@@ -1877,6 +1881,76 @@ impl Connection {
         }
         self.check_closing();
         t.fpdus > 0
+    }
+
+    /// The small-Send fast path: when nothing else waits to be framed (no work request, no
+    /// message half sent, no Read Response, Terminate or RTR due), frames one unsolicited Send
+    /// of `payload` (1 ..= [`SMALL_SEND_MAX`] octets, one FPDU) into `t` (cleared first), the
+    /// payload copied into its scratch, and returns true. The Send takes the next MSN like
+    /// any other, but there is no work request and no completion: for a driver whose bytes
+    /// need none (stream data, its own copy). False, and nothing changed, when the fast path
+    /// does not apply: post the Send as usual then.
+    pub fn send_now_small(&mut self, payload: &[u8], t: &mut Transmit) -> bool {
+        if payload.is_empty()
+            || payload.len() > SMALL_SEND_MAX
+            || payload.len() + 18 > self.cfg.mulpdu
+            || self.state != State::Open
+            || self.hold_for_rtr
+            || self.terminate.is_some()
+            || self.rtr_to_send.is_some()
+            || self.active.is_some()
+            || !self.sq.is_empty()
+            || !self.irq.is_empty()
+        {
+            return false;
+        }
+        t.scratch.clear();
+        t.pieces.clear();
+        let h = RdmapHeader::new(
+            RdmapMessage::Send {
+                msn: self.tx_qn[0].take(),
+                mo: 0,
+            },
+            true,
+        );
+        let mut hb = [0u8; 80];
+        let n = h.emit(&mut hb).expect("our headers are consistent and fit");
+        if self
+            .framer
+            .frame_contiguous(&hb[..n], payload, &mut t.scratch)
+        {
+            self.tx_pos += t.scratch.len() as u64;
+            t.pieces.push(TxPiece::Scratch(0..t.scratch.len()));
+            t.fpdus = 1;
+            self.stats.fpdus_out += 1;
+            return true;
+        }
+        let mut pieces = core::mem::take(&mut self.frame_pieces);
+        pieces.clear();
+        self.framer
+            .frame_with_head(&hb[..n], &[payload], &mut t.scratch, &mut pieces);
+        for p in pieces.drain(..) {
+            let r = match p {
+                Piece::Scratch(r) => r,
+                Piece::Ulpdu { range, .. } => {
+                    let at = t.scratch.len();
+                    t.scratch.extend_from_slice(&payload[range.clone()]);
+                    at..at + range.len()
+                }
+            };
+            self.tx_pos += r.len() as u64;
+            if let Some(TxPiece::Scratch(last)) = t.pieces.last_mut()
+                && last.end == r.start
+            {
+                last.end = r.end;
+                continue;
+            }
+            t.pieces.push(TxPiece::Scratch(r));
+        }
+        self.frame_pieces = pieces;
+        t.fpdus = 1;
+        self.stats.fpdus_out += 1;
+        true
     }
 
     fn send_rtr<M: Memory + ?Sized>(&mut self, t: &mut Transmit, kind: RtrKind, mem: &M) {

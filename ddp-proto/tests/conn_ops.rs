@@ -5,7 +5,9 @@
 #[path = "conn_harness.rs"]
 mod harness;
 
-use ddp_proto::conn::{Event, RecvMode, SendFlags, State, WcOpcode, WcStatus};
+use ddp_proto::conn::{
+    Event, RecvMode, SMALL_SEND_MAX, SendFlags, State, Transmit, WcOpcode, WcStatus,
+};
 use ddp_proto::ddp::{Access, Memory, Sge};
 use ddp_proto::error::ProtoError;
 use ddp_proto::mpa::startup::RtrKind;
@@ -167,6 +169,85 @@ fn stream_mode_delivers_in_order() {
             assert!(st.bytes_unplaced > 0, "{what}: {st:?}");
         }
     }
+}
+
+/// The small-Send fast path puts on the wire exactly what posting the same Sends does (the
+/// same FPDUs, MSNs included, with and without CRC and markers), mixed with posted Sends in
+/// any order; it refuses while anything else waits to be framed, and beyond its size limit.
+#[test]
+fn send_now_small_matches_posted_sends() {
+    for (crc, markers) in [(true, false), (false, false), (true, true)] {
+        let o = Opts {
+            mode_b: RecvMode::Stream,
+            mulpdu: 1200,
+            crc,
+            markers,
+            ..Opts::default()
+        };
+        let (mut posted, mut fast) = (Pair::new(o.clone()), Pair::new(o));
+        let mut rng = Rng::new(7);
+        let mut t = Transmit::default();
+        let mut want = Vec::new();
+        let mut fast_sends = 0;
+        for i in 0..200u64 {
+            let len = 1 + rng.below(1182) as usize;
+            let at = BASE + (i % 16) * 1200;
+            let bytes = posted.a.mem.bytes(at, len).to_vec();
+            assert_eq!(fast.a.mem.bytes(at, len), &bytes[..]);
+            want.extend_from_slice(&bytes);
+            posted
+                .a
+                .conn
+                .post_send(i, &[Sge::new(at, len as u32)], flags())
+                .unwrap();
+            posted.drive();
+            if rng.below(3) == 0 {
+                // (the posted way on this side too: the fast path must carry on after it)
+                fast.a
+                    .conn
+                    .post_send(i, &[Sge::new(at, len as u32)], flags())
+                    .unwrap();
+                // refused while that Send waits to be framed
+                assert!(!fast.a.conn.send_now_small(&bytes, &mut t));
+            } else {
+                assert!(fast.a.conn.send_now_small(&bytes, &mut t), "Send {i}");
+                let wire = t.gather(&fast.a.mem);
+                assert_eq!(wire.len(), t.len());
+                fast.a.sent.extend_from_slice(&wire);
+                fast.b.inbox.extend_from_slice(&wire);
+                fast.a.conn.on_written(wire.len() as u64);
+                fast_sends += 1;
+            }
+            fast.drive();
+            assert_eq!(
+                fast.a.sent, posted.a.sent,
+                "crc {crc}, markers {markers}: wire differs after Send {i}"
+            );
+        }
+        assert!(fast_sends > 100);
+        assert!(fast.b.mem.stream == want && posted.b.mem.stream == want);
+        assert!(fast.a.errors.is_empty() && fast.b.errors.is_empty());
+        // (completions only for the posted ones)
+        assert_eq!(fast.a.completions().len(), 200 - fast_sends);
+        assert_eq!(
+            fast.a.conn.stats().fpdus_out,
+            posted.a.conn.stats().fpdus_out
+        );
+    }
+    let mut p = Pair::new(Opts {
+        mulpdu: SMALL_SEND_MAX + 18,
+        ..Opts::default()
+    });
+    let big = vec![7u8; SMALL_SEND_MAX + 1];
+    let mut t = Transmit::default();
+    assert!(!p.a.conn.send_now_small(&big, &mut t), "over the limit");
+    assert!(!p.a.conn.send_now_small(&[], &mut t), "empty");
+    assert!(p.a.conn.send_now_small(&big[1..], &mut t), "at the limit");
+    p.a.conn.set_mulpdu(SMALL_SEND_MAX + 17).unwrap();
+    assert!(
+        !p.a.conn.send_now_small(&big[1..], &mut t),
+        "over the MULPDU"
+    );
 }
 
 /// A new MULPDU (the EMSS grew) cuts the messages posted after it; the bytes arrive the same.

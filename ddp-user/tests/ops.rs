@@ -274,6 +274,76 @@ fn stream_small_followers_and_wrong_guesses() {
     });
 }
 
+/// Small writes (the fast path: one FPDU framed and written at once) until the kernel's
+/// buffers and then the engine's queue are full and a nonblocking send says EAGAIN (the
+/// write the kernel stopped in the middle of waits as the tail), then mixed sizes, some in
+/// several iovecs, while the peer reads: every accepted byte arrives, in order.
+#[test]
+fn small_writes_fill_the_buffers_and_mix_with_large() {
+    bounded(60, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        let data = pattern(64 << 20, 91);
+        let mut rng = Rng::new(5);
+        let mut at = 0usize;
+        let mut full = false;
+        for _ in 0..200_000 {
+            let n = (1 + rng.below(2048) as usize).min(data.len() - at);
+            if n == 0 {
+                break;
+            }
+            match a.send(
+                &[std::io::IoSlice::new(&data[at..at + n])],
+                libc::MSG_DONTWAIT,
+            ) {
+                Ok(k) => at += k,
+                Err(e) if e.0 == libc::EAGAIN => {
+                    full = true;
+                    break;
+                }
+                Err(e) => panic!("send: {e:?}"),
+            }
+        }
+        assert!(full, "the buffers never filled ({at} bytes accepted)");
+        let filled = at;
+        let end = filled + (24 << 20);
+        assert!(
+            end <= data.len(),
+            "{filled} bytes before the buffers filled"
+        );
+        let a2 = a.clone();
+        let d2 = data.clone();
+        let t = std::thread::spawn(move || {
+            let mut rng = Rng::new(6);
+            let mut at = filled;
+            for i in 0.. {
+                if at == end {
+                    break;
+                }
+                let n = match i % 4 {
+                    0 => 65536 + rng.below(200_000) as usize,
+                    _ => 1 + rng.below(2048) as usize,
+                }
+                .min(end - at);
+                let cut = at + n / 2;
+                at += if i % 3 == 0 && n >= 2 {
+                    let two = [
+                        std::io::IoSlice::new(&d2[at..cut]),
+                        std::io::IoSlice::new(&d2[cut..at + n]),
+                    ];
+                    a2.send(&two, 0).expect("send")
+                } else {
+                    a2.send(&[std::io::IoSlice::new(&d2[at..at + n])], 0)
+                        .expect("send")
+                };
+            }
+        });
+        let got = recv_exact(&b, end);
+        t.join().unwrap();
+        assert!(got[..] == data[..end], "stream content differs");
+    });
+}
+
 /// `DDP_CONN_INFO`'s `bytes_tx`/`bytes_rx` count every payload byte, tagged included: the
 /// peer's RDMA Writes and the Read Responses we serve (regression: found by the siw interop,
 /// `write_bw-from-siw`, whose server saw 0 bytes received after 16 RDMA Writes).

@@ -27,7 +27,7 @@
 
 use core::ops::Range;
 
-use super::crc::Crc32c;
+use super::crc::{self, Crc32c};
 use super::markers::{
     self, MAX_ULPDU_LEN, encode_marker, expected_fpduptr, is_marker_start, octets_to_next_marker,
     pad_len,
@@ -187,6 +187,38 @@ impl Framer {
         self.position = w.pos;
     }
 
+    /// As [`Framer::frame_with_head`] for a small ULPDU `head` + `payload` framed whole into
+    /// `out` (appended): ULPDU_LENGTH, head, payload, pad and CRC in one contiguous run, one
+    /// CRC pass over it. False, and nothing framed, with markers (a marker may fall inside:
+    /// use [`Framer::frame_with_head`]).
+    ///
+    /// # Panics
+    ///
+    /// As [`Framer::frame`].
+    pub fn frame_contiguous(&mut self, head: &[u8], payload: &[u8], out: &mut Vec<u8>) -> bool {
+        if self.cfg.markers {
+            return false;
+        }
+        let ulpdu_len = head.len() + payload.len();
+        assert!(
+            (1..=MAX_ULPDU_LEN).contains(&ulpdu_len),
+            "ULPDU length {ulpdu_len} outside 1..=65535"
+        );
+        let start = out.len();
+        out.extend_from_slice(&(ulpdu_len as u16).to_be_bytes());
+        out.extend_from_slice(head);
+        out.extend_from_slice(payload);
+        out.extend_from_slice(&[0u8; 3][..pad_len(ulpdu_len)]);
+        let crc = if self.cfg.crc {
+            crc::to_wire(crc::crc32c(&out[start..]))
+        } else {
+            [0; 4]
+        };
+        out.extend_from_slice(&crc);
+        self.position += (out.len() - start) as u64;
+        true
+    }
+
     /// Frames one ULPDU into a fresh vector of wire octets (for tests and tools; the data path
     /// uses [`Framer::frame`] and writes the pieces without copying the payload).
     pub fn frame_to_vec(&mut self, ulpdu: &[&[u8]]) -> Vec<u8> {
@@ -325,6 +357,38 @@ mod tests {
     /// `frame_with_head` puts the same octets on the wire as `frame` with the head as the first
     /// part (CRC and markers included, markers falling inside the head too), with ULPDU_LENGTH
     /// and the head in one scratch piece when no marker separates them.
+    #[test]
+    fn frame_contiguous_matches_frame() {
+        for crc in [true, false] {
+            let cfg = TxConfig {
+                crc,
+                markers: false,
+            };
+            let (mut a, mut b) = (Framer::new(cfg), Framer::new(cfg));
+            let mut out = vec![0xEE; 3];
+            for i in 0..200usize {
+                let head = [i as u8; 18];
+                let payload: Vec<u8> = (0..(i * 7) % 97).map(|x| (x * i) as u8).collect();
+                let want = a.frame_to_vec(&[&head, &payload]);
+                let at = out.len();
+                assert!(b.frame_contiguous(&head, &payload, &mut out));
+                assert_eq!(&out[at..], &want[..], "FPDU {i}, crc {crc}");
+                assert_eq!(a.position(), b.position());
+            }
+            assert_eq!(&out[..3], &[0xEE; 3], "appended, earlier octets left alone");
+        }
+        let mut m = Framer::new(TxConfig {
+            crc: true,
+            markers: true,
+        });
+        let mut out = Vec::new();
+        assert!(!m.frame_contiguous(&[1; 18], b"x", &mut out));
+        assert!(
+            out.is_empty() && m.position() == 0,
+            "markers: nothing framed"
+        );
+    }
+
     #[test]
     fn frame_with_head_matches_frame() {
         for markers in [false, true] {

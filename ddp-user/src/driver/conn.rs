@@ -36,8 +36,8 @@ use std::os::fd::RawFd;
 use std::time::Instant;
 
 use ddp_proto::conn::{
-    ConnConfig, Connection, DirectTarget, Event, MIN_MULPDU, RecvMode, Role, RxPlan, SendFlags,
-    State, Transmit, TxPiece, WcOpcode, WcStatus,
+    ConnConfig, Connection, DirectTarget, Event, MIN_MULPDU, RecvMode, Role, RxPlan,
+    SMALL_SEND_MAX, SendFlags, State, Transmit, TxPiece, WcOpcode, WcStatus,
 };
 use ddp_proto::ddp::{Memory, Sge};
 use ddp_proto::error::ProtoError;
@@ -788,6 +788,66 @@ impl ConnState {
             self.stream_pool.push(cur);
         }
         Ok(accepted)
+    }
+
+    /// `send`'s fast path for a small write ([`Connection::send_now_small`]) on an open
+    /// socket with nothing queued: one FPDU framed whole (the bytes copied) and written at
+    /// once, with no queue entry, no completion to settle and no round of the socket's other
+    /// work. None when it does not apply (the caller takes the general path); else the bytes
+    /// taken, all of them: what the kernel does not take now waits as the tail.
+    pub(crate) fn send_small_now(
+        &mut self,
+        sh: &Shared,
+        bufs: &[&[u8]],
+        total: usize,
+    ) -> Option<usize> {
+        if !(1..=SMALL_SEND_MAX).contains(&total)
+            || self.spilled
+            || self.want_shut_wr
+            || self.tcp_shut_wr
+            || self.tail.is_some()
+            || self.stream_queued != 0
+            || !self.sq_meta.is_empty()
+            || !self.pre_open_tx.is_empty()
+            || self.deferred_wrs != 0
+            || !self.is_open()
+        {
+            return None;
+        }
+        let mut joined = [0u8; SMALL_SEND_MAX];
+        let payload = match bufs {
+            [one] => *one,
+            _ => {
+                let mut at = 0;
+                for b in bufs {
+                    joined[at..at + b.len()].copy_from_slice(b);
+                    at += b.len();
+                }
+                &joined[..at]
+            }
+        };
+        let conn = self.conn.as_mut()?;
+        let mut t = core::mem::take(&mut self.spare_tx);
+        if !conn.send_now_small(payload, &mut t) {
+            self.spare_tx = t;
+            return None;
+        }
+        self.bytes_tx += total as u64;
+        self.tail = Some(Tail {
+            t,
+            piece: 0,
+            off: 0,
+        });
+        let mut mem = SessionMem::new(&sh.engine.registry, None);
+        match self.flush_tx(sh, &mut mem) {
+            Ok(true) => {}
+            // (the rest waits as the tail: the progress thread writes it when the kernel
+            // has room)
+            Ok(false) => sh.rearm(self),
+            // (the connection broke: the general round reports it as for any write)
+            Err(_) => sh.progress(self, None, false),
+        }
+        Some(total)
     }
 
     /// Whether a `send` of `total` bytes may post them straight from the caller's buffers

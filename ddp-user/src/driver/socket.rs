@@ -590,6 +590,13 @@ impl DdpSocket {
                 }
                 st.spilled = false;
             }
+            if bufs.len() <= REST_INLINE && !sh.user_closed.load(Ordering::Acquire) {
+                let mut small: [&[u8]; REST_INLINE] = [&[]; REST_INLINE];
+                let n = rest_into(bufs, 0, &mut small);
+                if let Some(n) = st.send_small_now(sh, &small[..n], total) {
+                    return Ok(n);
+                }
+            }
         }
         let mut deadline = None;
         let mut g = Inline::enter(sh);
