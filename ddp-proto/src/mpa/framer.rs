@@ -354,9 +354,9 @@ mod tests {
             .collect()
     }
 
-    /// `frame_with_head` puts the same octets on the wire as `frame` with the head as the first
-    /// part (CRC and markers included, markers falling inside the head too), with ULPDU_LENGTH
-    /// and the head in one scratch piece when no marker separates them.
+    /// `frame_contiguous` puts the same octets on the wire as `frame` with the head as the
+    /// first part (CRC on and off), appended to what the buffer holds; with markers it frames
+    /// nothing.
     #[test]
     fn frame_contiguous_matches_frame() {
         for crc in [true, false] {
@@ -389,6 +389,9 @@ mod tests {
         );
     }
 
+    /// `frame_with_head` puts the same octets on the wire as `frame` with the head as the first
+    /// part (CRC and markers included, markers falling inside the head too), with ULPDU_LENGTH
+    /// and the head in one scratch piece when no marker separates them.
     #[test]
     fn frame_with_head_matches_frame() {
         for markers in [false, true] {
