@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
-use ddp_proto::conn::{PostError, Role, SendFlags, State};
+use ddp_proto::conn::{PostError, Role, SMALL_SEND_MAX, SendFlags, State};
 use ddp_proto::ddp::{STag, Sge, SgeList};
 use ddp_proto::mpa::startup::RtrKind;
 
@@ -590,7 +590,10 @@ impl DdpSocket {
                 }
                 st.spilled = false;
             }
-            if bufs.len() <= REST_INLINE && !sh.user_closed.load(Ordering::Acquire) {
+            if total <= SMALL_SEND_MAX
+                && bufs.len() <= REST_INLINE
+                && !sh.user_closed.load(Ordering::Acquire)
+            {
                 let mut small: [&[u8]; REST_INLINE] = [&[]; REST_INLINE];
                 let n = rest_into(bufs, 0, &mut small);
                 if let Some(n) = st.send_small_now(sh, &small[..n], total) {
