@@ -133,8 +133,18 @@ pub fn iovec(ptr: *const u8, len: usize) -> libc::iovec {
     }
 }
 
-/// `recvmsg(fd, iov, flags)` without control data or address.
+/// `recvmsg(fd, iov, flags)` without control data or address. One iovec goes as `recvfrom`
+/// (the same effect on a stream socket, without the kernel's copy-in of a `msghdr` and an
+/// iovec array: measurably cheaper per small message).
 pub fn recvmsg(fd: RawFd, iov: &mut [libc::iovec], flags: c_int) -> Result<usize> {
+    if let [one] = iov {
+        let (ptr, len) = (one.iov_base, one.iov_len);
+        // SAFETY: the iovec names memory the caller lent us for writing (their contract);
+        // no address is asked for.
+        return restart(|| unsafe {
+            libc::syscall(libc::SYS_recvfrom, fd, ptr, len, flags, 0usize, 0usize)
+        });
+    }
     // SAFETY: an all-zero msghdr is a valid "no name, no control" header.
     let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
     msg.msg_iov = iov.as_mut_ptr();
@@ -152,11 +162,19 @@ pub fn recv(fd: RawFd, buf: &mut [u8], flags: c_int) -> Result<usize> {
 
 /// `sendmsg(fd, iov, flags | MSG_NOSIGNAL)`: never raises `SIGPIPE`.
 pub fn sendmsg(fd: RawFd, iov: &[libc::iovec], flags: c_int) -> Result<usize> {
+    let flags = flags | libc::MSG_NOSIGNAL;
+    if let [one] = iov {
+        let (ptr, len) = (one.iov_base, one.iov_len);
+        // SAFETY: the iovec names readable memory (caller's contract); `sendto` without an
+        // address (see `recvmsg` for why).
+        return restart(|| unsafe {
+            libc::syscall(libc::SYS_sendto, fd, ptr, len, flags, 0usize, 0usize)
+        });
+    }
     // SAFETY: see `recvmsg`.
     let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
     msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
     msg.msg_iovlen = iov.len() as _;
-    let flags = flags | libc::MSG_NOSIGNAL;
     // SAFETY: the iovecs name readable memory (caller's contract); msghdr lives across the call.
     restart(|| unsafe { libc::syscall(libc::SYS_sendmsg, fd, &msg as *const _, flags) })
 }
