@@ -1891,6 +1891,55 @@ impl Connection {
     /// need none (stream data, its own copy). False, and nothing changed, when the fast path
     /// does not apply: post the Send as usual then.
     pub fn send_now_small(&mut self, payload: &[u8], t: &mut Transmit) -> bool {
+        let m = RdmapMessage::Send {
+            msn: self.tx_qn[0].peek(),
+            mo: 0,
+        };
+        self.frame_small_now(m, payload, t)
+    }
+
+    /// [`Connection::send_now_small`] for a posted Send (`post_send` with `flags`) whose
+    /// payload the caller has gathered into `payload`: framed now (SE if `flags.solicited`),
+    /// and completed like a posted Send: its completion comes (in order behind any still
+    /// owed) once the driver reported its bytes written ([`Connection::on_written`]). The
+    /// caller's buffers are free at once (the payload was copied). False, and nothing
+    /// changed, when the fast path does not apply: post the Send as usual then.
+    pub fn send_now_small_wr(
+        &mut self,
+        wr_id: u64,
+        payload: &[u8],
+        flags: SendFlags,
+        t: &mut Transmit,
+    ) -> bool {
+        let msn = self.tx_qn[0].peek();
+        let m = if flags.solicited {
+            RdmapMessage::SendSe { msn, mo: 0 }
+        } else {
+            RdmapMessage::Send { msn, mo: 0 }
+        };
+        if !self.frame_small_now(m, payload, t) {
+            return false;
+        }
+        self.pending.push_back(PendingCompletion {
+            c: Completion {
+                wr_id,
+                opcode: WcOpcode::Send,
+                status: WcStatus::Success,
+                byte_len: payload.len() as u64,
+                inv_stag: None,
+                solicited: false,
+            },
+            written_pos: self.tx_pos,
+            done: true,
+            signaled: flags.signaled,
+        });
+        true
+    }
+
+    /// Frames `m` (a Send carrying the next MSN, peeked by the caller and taken here) with
+    /// `payload` whole, for the small-Send fast paths; false, nothing changed, if they do
+    /// not apply.
+    fn frame_small_now(&mut self, m: RdmapMessage, payload: &[u8], t: &mut Transmit) -> bool {
         if payload.is_empty()
             || payload.len() > SMALL_SEND_MAX
             || payload.len() + 18 > self.cfg.mulpdu
@@ -1906,13 +1955,8 @@ impl Connection {
         }
         t.scratch.clear();
         t.pieces.clear();
-        let h = RdmapHeader::new(
-            RdmapMessage::Send {
-                msn: self.tx_qn[0].take(),
-                mo: 0,
-            },
-            true,
-        );
+        self.tx_qn[0].take();
+        let h = RdmapHeader::new(m, true);
         let mut hb = [0u8; 80];
         let n = h.emit(&mut hb).expect("our headers are consistent and fit");
         if self

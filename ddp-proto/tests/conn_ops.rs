@@ -250,6 +250,130 @@ fn send_now_small_matches_posted_sends() {
     );
 }
 
+/// The posted-Send fast path (`send_now_small_wr`) is a posted Send on the wire (MSNs, SE)
+/// and in its completion: it comes only once the driver reported the bytes written, and in
+/// order behind a Read still waiting for its response. Checked against a pair that posts the
+/// same Sends, with Reads mixed in.
+#[test]
+fn send_now_small_wr_matches_posted_sends() {
+    for (crc, markers) in [(true, false), (false, false), (true, true)] {
+        let o = Opts {
+            mulpdu: 1200,
+            crc,
+            markers,
+            ..Opts::default()
+        };
+        let (mut posted, mut fast) = (Pair::new(o.clone()), Pair::new(o));
+        let mut rng = Rng::new(11);
+        let mut t = Transmit::default();
+        let mut fast_sends = 0;
+        let rsrc = BASE + 20_000;
+        let stag = posted.b.mem.register(rsrc, 4096, Access::REMOTE_READ, 1);
+        assert_eq!(
+            fast.b.mem.register(rsrc, 4096, Access::REMOTE_READ, 1),
+            stag
+        );
+        let mut reads = 0;
+        for i in 0..200u64 {
+            let len = 1 + rng.below(1182) as usize;
+            let at = BASE + (i % 16) * 1200;
+            let dst = BASE + 32_768 + (i % 8) * 1300;
+            let solicited = rng.below(2) == 0;
+            let fl = SendFlags {
+                signaled: true,
+                solicited,
+            };
+            let read = rng.below(5) == 0;
+            reads += usize::from(read);
+            for p in [&mut posted, &mut fast] {
+                p.b.conn
+                    .post_recv(1000 + i, &[Sge::new(dst, 1300)])
+                    .unwrap();
+                if read {
+                    // A Read on the wire, its response not back yet: owed first.
+                    let sink = BASE + 40_000 + (i % 4) * 100;
+                    p.a.conn
+                        .post_read(500 + i, &[Sge::new(sink, 100)], stag, rsrc, 100, true)
+                        .unwrap();
+                    while let Some(rt) = p.a.conn.poll_transmit(&p.a.mem) {
+                        let w = rt.gather(&p.a.mem);
+                        p.a.sent.extend_from_slice(&w);
+                        p.b.inbox.extend_from_slice(&w);
+                        p.a.conn.on_written(w.len() as u64);
+                    }
+                }
+            }
+            let bytes = posted.a.mem.bytes(at, len).to_vec();
+            posted
+                .a
+                .conn
+                .post_send(i, &[Sge::new(at, len as u32)], fl)
+                .unwrap();
+            posted.drive();
+            if rng.below(4) == 0 {
+                fast.a
+                    .conn
+                    .post_send(i, &[Sge::new(at, len as u32)], fl)
+                    .unwrap();
+                assert!(!fast.a.conn.send_now_small_wr(i, &bytes, fl, &mut t));
+            } else {
+                assert!(
+                    fast.a.conn.send_now_small_wr(i, &bytes, fl, &mut t),
+                    "Send {i}"
+                );
+                let wire = t.gather(&fast.a.mem);
+                fast.a.sent.extend_from_slice(&wire);
+                fast.b.inbox.extend_from_slice(&wire);
+                let before = fast.a.completions().len();
+                // Not complete until all of its bytes were written.
+                let part = rng.below(wire.len() as u64) as usize;
+                fast.a.conn.on_written(part as u64);
+                drain_events(&mut fast.a);
+                assert_eq!(
+                    fast.a.completions().len(),
+                    before,
+                    "Send {i} completed early"
+                );
+                fast.a.conn.on_written((wire.len() - part) as u64);
+                drain_events(&mut fast.a);
+                let now = fast.a.completions();
+                if read {
+                    assert_eq!(now.len(), before, "Send {i} overtook the Read");
+                } else {
+                    assert_eq!(now.len(), before + 1);
+                    let c = now[before];
+                    assert_eq!(
+                        (c.wr_id, c.opcode, c.status, c.byte_len),
+                        (i, WcOpcode::Send, WcStatus::Success, len as u64)
+                    );
+                }
+                fast_sends += 1;
+            }
+            fast.drive();
+            assert_eq!(
+                fast.a.sent, posted.a.sent,
+                "crc {crc}, markers {markers}: wire differs after Send {i}"
+            );
+            assert_eq!(fast.b.mem.bytes(dst, len), &bytes[..], "Send {i}");
+        }
+        assert!(fast_sends > 100, "{fast_sends}");
+        let key = |c: &ddp_proto::conn::Completion| (c.wr_id, c.opcode, c.status, c.byte_len);
+        let sq = |s: &Side| s.completions().iter().map(key).collect::<Vec<_>>();
+        assert_eq!(sq(&fast.a), sq(&posted.a));
+        assert_eq!(fast.a.completions().len(), 200 + reads);
+        assert!(reads > 20, "{reads}");
+        let rq = |s: &Side| {
+            s.recv_completions()
+                .iter()
+                .map(|c| (c.wr_id, c.status, c.byte_len, c.solicited))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(rq(&fast.b), rq(&posted.b));
+        assert_eq!(fast.b.recv_completions().len(), 200);
+        assert!(fast.a.errors.is_empty() && fast.b.errors.is_empty());
+    }
+}
+
 /// A new MULPDU (the EMSS grew) cuts the messages posted after it; the bytes arrive the same.
 #[test]
 fn mulpdu_change_applies_to_later_messages() {

@@ -344,6 +344,129 @@ fn small_writes_fill_the_buffers_and_mix_with_large() {
     });
 }
 
+/// Small posted Sends (the `post_send` fast path) complete in posting order, each once, with
+/// every byte received in order. Small TCP buffers make the kernel take only part of many of
+/// them (the rest waits as the tail; later posts queue behind it, the general path); a large
+/// Send in the middle queues thousands behind it; RDMA Reads in between must complete before
+/// the Sends posted after them; some Sends have two SGEs. Every 300 posts the completions so
+/// far are taken (the queue empties: the fast path again).
+#[test]
+fn small_posted_sends_complete_in_order() {
+    bounded(60, || {
+        const N: usize = 6000;
+        const MAX: usize = 2048;
+        const LARGE_AT: usize = N / 2;
+        let o = Options::default();
+        let (a, b) = pair_bufs(&o, &o, Some(8192));
+        let data = pattern(N * MAX, 17);
+        let large = pattern(4 << 20, 19);
+        let mut rng = Rng::new(9);
+        // Receives for all of them first (each names its own slot; the large one's in order).
+        let sinks = vec![0u8; N * MAX];
+        let large_sink = vec![0u8; large.len()];
+        for i in 0..N {
+            if i == LARGE_AT {
+                // SAFETY: `large_sink` lives until its receive completed.
+                unsafe { b.post_recv(u64::MAX, &[iov(&large_sink)]).unwrap() };
+            }
+            let at = i * MAX;
+            // SAFETY: `sinks` lives until every receive completed (below).
+            unsafe { b.post_recv(i as u64, &[iov(&sinks[at..at + MAX])]).unwrap() };
+        }
+        let mut src = pattern(4096, 18);
+        // SAFETY: `src` outlives the registration.
+        let stag = unsafe { b.reg_mr(src.as_mut_ptr(), src.len(), ACC_REMOTE_READ) }.unwrap();
+        let reg = Registered::new(&b, stag);
+        let read_sinks = vec![0u8; 64 * 100];
+        let mut lens = Vec::with_capacity(N);
+        let mut want = Vec::new(); // a's completions, in posting order
+        let mut got = Vec::new();
+        let take_all = |got: &mut Vec<u64>, want: &[u64]| {
+            while got.len() < want.len() {
+                let w = wait_one(&a);
+                assert_eq!(w.status, status::SUCCESS, "{w:?}");
+                got.push(w.wr_id);
+            }
+        };
+        let mut reads = 0usize;
+        for i in 0..N {
+            if i % 300 == 0 {
+                take_all(&mut got, &want);
+            }
+            if i == LARGE_AT {
+                // SAFETY: `large` lives until its completion was taken.
+                unsafe { a.post_send(u64::MAX, &[iov(&large)], SIGNALED).unwrap() };
+                want.push(u64::MAX);
+            }
+            let len = 1 + rng.below(MAX as u64) as usize;
+            let at = i * MAX;
+            let d = &data[at..at + len];
+            if i % 97 == 50 && reads < 64 {
+                let sink = &read_sinks[reads * 100..reads * 100 + 100];
+                // SAFETY: `read_sinks` lives until the completions are taken.
+                unsafe {
+                    a.post_read(
+                        1_000_000 + reads as u64,
+                        &[iov(sink)],
+                        stag,
+                        src.as_ptr() as u64 + reads as u64,
+                        SIGNALED,
+                    )
+                    .unwrap()
+                };
+                want.push(1_000_000 + reads as u64);
+                reads += 1;
+            }
+            // SAFETY: `data` lives until every completion was taken.
+            unsafe {
+                if i % 5 == 3 && len >= 2 {
+                    a.post_send(
+                        i as u64,
+                        &[iov(&d[..len / 2]), iov(&d[len / 2..])],
+                        SIGNALED,
+                    )
+                } else {
+                    a.post_send(i as u64, &[iov(d)], SIGNALED)
+                }
+                .unwrap()
+            };
+            want.push(i as u64);
+            lens.push(len);
+        }
+        take_all(&mut got, &want);
+        assert!(got == want, "completions out of order");
+        for (i, &len) in lens.iter().enumerate() {
+            if i == LARGE_AT {
+                let w = wait_one(&b);
+                assert_eq!(
+                    (w.wr_id, w.status, w.byte_len as usize),
+                    (u64::MAX, 0, large.len())
+                );
+            }
+            let w = wait_one(&b);
+            assert_eq!(
+                (w.wr_id, w.status, w.opcode, w.byte_len as usize),
+                (i as u64, status::SUCCESS, opcode::RECV, len)
+            );
+        }
+        reg.dereg();
+        assert!(large_sink == large, "the large Send differs");
+        for (i, &len) in lens.iter().enumerate() {
+            let at = i * MAX;
+            assert!(
+                sinks[at..at + len] == data[at..at + len],
+                "Send {i} differs"
+            );
+        }
+        for r in 0..reads {
+            assert!(
+                read_sinks[r * 100..r * 100 + 100] == src[r..r + 100],
+                "Read {r}"
+            );
+        }
+    });
+}
+
 /// `DDP_CONN_INFO`'s `bytes_tx`/`bytes_rx` count every payload byte, tagged included: the
 /// peer's RDMA Writes and the Read Responses we serve (regression: found by the siw interop,
 /// `write_bw-from-siw`, whose server saw 0 bytes received after 16 RDMA Writes).

@@ -802,15 +802,8 @@ impl ConnState {
         total: usize,
     ) -> Option<usize> {
         if !(1..=SMALL_SEND_MAX).contains(&total)
-            || self.spilled
-            || self.want_shut_wr
-            || self.tcp_shut_wr
-            || self.tail.is_some()
-            || self.stream_queued != 0
             || !self.sq_meta.is_empty()
-            || !self.pre_open_tx.is_empty()
-            || self.deferred_wrs != 0
-            || !self.is_open()
+            || !self.small_now_ok()
         {
             return None;
         }
@@ -835,6 +828,56 @@ impl ConnState {
             return None;
         }
         self.bytes_tx += total as u64;
+        self.write_small_now(sh, t, false);
+        Some(total)
+    }
+
+    /// `post_send`'s fast path ([`Connection::send_now_small_wr`]): a posted Send of at most
+    /// [`SMALL_SEND_MAX`] bytes, gathered by the caller into `payload`, on an open socket
+    /// with nothing waiting to be framed or written is framed whole and written at once, and
+    /// its completion goes into the CQ as soon as its bytes are in the kernel. Completions
+    /// still owed (a Read waiting for its response) come first, as for any post. False when
+    /// it does not apply (post as usual).
+    pub(crate) fn post_send_small_now(
+        &mut self,
+        sh: &Shared,
+        wr_id: u64,
+        payload: &[u8],
+        flags: SendFlags,
+    ) -> bool {
+        if payload.len() > SMALL_SEND_MAX || !self.small_now_ok() {
+            return false;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        let mut t = core::mem::take(&mut self.spare_tx);
+        if !conn.send_now_small_wr(wr_id, payload, flags, &mut t) {
+            self.spare_tx = t;
+            return false;
+        }
+        self.note_app_wr(wr_id, flags.signaled, payload.len() as u64);
+        self.write_small_now(sh, t, true);
+        true
+    }
+
+    /// Whether the small-write fast paths may frame and write a message now: open, and
+    /// nothing queued or due ahead of it (work request, half-framed message, unsent tail,
+    /// `DDP_MORE` batch, stream bytes, bytes spilled into the socketpair, shutdown).
+    fn small_now_ok(&self) -> bool {
+        !(self.spilled
+            || self.want_shut_wr
+            || self.tcp_shut_wr
+            || self.tail.is_some()
+            || self.stream_queued != 0
+            || !self.pre_open_tx.is_empty()
+            || self.deferred_wrs != 0
+            || !self.is_open())
+    }
+
+    /// Writes the fast paths' framed message `t`; what the kernel does not take waits as the
+    /// tail. With `completes`, completions it released go into the CQ.
+    fn write_small_now(&mut self, sh: &Shared, t: Transmit, completes: bool) {
         self.tail = Some(Tail {
             t,
             piece: 0,
@@ -847,9 +890,11 @@ impl ConnState {
             // has room)
             Ok(false) => sh.rearm(self),
             // (the connection broke: the general round reports it as for any write)
-            Err(_) => sh.progress(self, None, false),
+            Err(_) => return sh.progress(self, None, false),
         }
-        Some(total)
+        if completes {
+            self.settle(sh, &mut mem);
+        }
     }
 
     /// Whether a `send` of `total` bytes may post them straight from the caller's buffers

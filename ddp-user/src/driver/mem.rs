@@ -191,7 +191,7 @@ pub(crate) struct SessionMem<'r, 's, 'u> {
 }
 
 /// Whether `[addr, addr + len)` is a plausible range (non-null, no wrap).
-fn plausible(addr: u64, len: usize) -> bool {
+pub(crate) fn plausible(addr: u64, len: usize) -> bool {
     len == 0 || (addr != 0 && addr.checked_add(len as u64).is_some())
 }
 

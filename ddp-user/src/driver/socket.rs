@@ -13,7 +13,7 @@ use ddp_proto::ddp::{STag, Sge, SgeList};
 use ddp_proto::mpa::startup::RtrKind;
 
 use crate::driver::conn::{ConnState, Phase, TX_STREAM_LIMIT, ended_errno};
-use crate::driver::mem::UserSink;
+use crate::driver::mem::{UserSink, plausible};
 use crate::driver::startup::Startup;
 use crate::driver::{FORK_GEN, Shared, engine, move_high};
 use crate::engine::cq::{ConnInfo, LastTerminate, Wc, state};
@@ -1064,9 +1064,51 @@ impl DdpSocket {
             signaled: true,
             solicited: flags & SOLICITED != 0,
         };
+        if flags & !(SIGNALED | SOLICITED) == 0
+            && (1..=SMALL_SEND_MAX as u64).contains(&len)
+            // SAFETY: the caller's contract (readable until the completion) covers the read.
+            && unsafe { self.post_send_small(wr_id, &s, len as usize, fl) }
+        {
+            return Ok(());
+        }
         self.post(wr_id, flags, SIGNALED | SOLICITED | MORE, len, |c| {
             c.post_send(wr_id, &s, fl)
         })
+    }
+
+    /// `post_send`'s fast path for a small Send on an open socket with nothing queued
+    /// ([`ConnState::post_send_small_now`]): the payload is gathered here and framed and
+    /// written at once. False (nothing done) when it does not apply.
+    ///
+    /// # Safety
+    ///
+    /// As [`DdpSocket::post_send`]; `len` is the SGEs' total, at most [`SMALL_SEND_MAX`].
+    unsafe fn post_send_small(&self, wr_id: u64, s: &[Sge], len: usize, fl: SendFlags) -> bool {
+        let sh = self.sh();
+        // (buffers the general path would refuse mid-message go there: it reports them)
+        if sh.in_child() || !s.iter().all(|g| plausible(g.addr, g.len as usize)) {
+            return false;
+        }
+        let mut joined: [u8; SMALL_SEND_MAX];
+        let payload: &[u8] = match s {
+            // SAFETY: a plausible range the caller lent us for reading (this function's
+            // contract).
+            [one] => unsafe { core::slice::from_raw_parts(one.addr as *const u8, len) },
+            _ => {
+                joined = [0u8; SMALL_SEND_MAX];
+                let mut at = 0;
+                for g in s {
+                    let l = g.len as usize;
+                    // SAFETY: as above.
+                    let b = unsafe { core::slice::from_raw_parts(g.addr as *const u8, l) };
+                    joined[at..at + l].copy_from_slice(b);
+                    at += l;
+                }
+                &joined[..at]
+            }
+        };
+        let mut st = sh.lock();
+        matches!(st.phase, Phase::Open) && st.post_send_small_now(sh, wr_id, payload, fl)
     }
 
     /// Posts a Send with Invalidate of the peer's `inv_stag`.

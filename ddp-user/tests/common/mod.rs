@@ -4,7 +4,7 @@
 
 use std::io::IoSlice;
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -80,7 +80,33 @@ pub fn bounded<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'sta
 
 /// A connected pair: (initiator, responder), blocking MPA on both sides.
 pub fn pair(a: &Options, b: &Options) -> (DdpSocket, DdpSocket) {
+    pair_bufs(a, b, None)
+}
+
+/// `SO_SNDBUF`/`SO_RCVBUF` of `fd` to `bytes` (the kernel doubles it).
+pub fn set_bufs(fd: i32, bytes: i32) {
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: plain setsockopt with an int option.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                &bytes as *const i32 as *const libc::c_void,
+                4,
+            )
+        };
+        assert_eq!(r, 0, "setsockopt");
+    }
+}
+
+/// [`pair`], with both TCP sockets' buffers set to `bufs` bytes (before connecting: the
+/// window follows) when given.
+pub fn pair_bufs(a: &Options, b: &Options, bufs: Option<i32>) -> (DdpSocket, DdpSocket) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    if let Some(n) = bufs {
+        set_bufs(l.as_raw_fd(), n); // (the accepted socket inherits them)
+    }
     let addr = l.local_addr().unwrap();
     let bo = b.clone();
     let t = std::thread::spawn(move || {
@@ -89,7 +115,32 @@ pub fn pair(a: &Options, b: &Options) -> (DdpSocket, DdpSocket) {
         drop(s);
         r
     });
-    let s = TcpStream::connect(addr).unwrap();
+    let s = match bufs {
+        None => TcpStream::connect(addr).unwrap(),
+        Some(n) => {
+            // SAFETY: plain socket/connect calls; the fd is owned by the stream made of it.
+            unsafe {
+                let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+                assert!(fd >= 0, "socket");
+                set_bufs(fd, n);
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: addr.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+                    },
+                    sin_zero: [0; 8],
+                };
+                let r = libc::connect(
+                    fd,
+                    &sin as *const libc::sockaddr_in as *const libc::sockaddr,
+                    core::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                );
+                assert_eq!(r, 0, "connect");
+                TcpStream::from_raw_fd(fd)
+            }
+        }
+    };
     let ini = DdpSocket::connect(s.as_raw_fd(), a, false).expect("connect");
     drop(s);
     let resp = t.join().unwrap().expect("accept");
