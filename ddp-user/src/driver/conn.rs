@@ -832,7 +832,8 @@ impl ConnState {
         Some(total)
     }
 
-    /// `post_send`'s fast path ([`Connection::send_now_small_wr`]): a posted Send of at most
+    /// `post_send`'s fast path ([`Connection::send_now_small_wr`]; `flags` as the application
+    /// asked, a completion only if `signaled`): a posted Send of at most
     /// [`SMALL_SEND_MAX`] bytes, gathered by the caller into `payload`, on an open socket
     /// with nothing waiting to be framed or written is framed whole and written at once, and
     /// its completion goes into the CQ as soon as its bytes are in the kernel. Completions
@@ -852,7 +853,13 @@ impl ConnState {
             return false;
         };
         let mut t = core::mem::take(&mut self.spare_tx);
-        if !conn.send_now_small_wr(wr_id, payload, flags, &mut t) {
+        // (every work request's completion comes from the connection, to keep `sq_meta` in
+        // step; `settle` drops the unsignaled ones' as for the general path)
+        let all = SendFlags {
+            signaled: true,
+            ..flags
+        };
+        if !conn.send_now_small_wr(wr_id, payload, all, &mut t) {
             self.spare_tx = t;
             return false;
         }

@@ -1067,7 +1067,13 @@ impl DdpSocket {
         if flags & !(SIGNALED | SOLICITED) == 0
             && (1..=SMALL_SEND_MAX as u64).contains(&len)
             // SAFETY: the caller's contract (readable until the completion) covers the read.
-            && unsafe { self.post_send_small(wr_id, &s, len as usize, fl) }
+            && unsafe {
+                let app = SendFlags {
+                    signaled: flags & SIGNALED != 0,
+                    ..fl
+                };
+                self.post_send_small(wr_id, &s, len as usize, app)
+            }
         {
             return Ok(());
         }
@@ -1082,7 +1088,8 @@ impl DdpSocket {
     ///
     /// # Safety
     ///
-    /// As [`DdpSocket::post_send`]; `len` is the SGEs' total, at most [`SMALL_SEND_MAX`].
+    /// As [`DdpSocket::post_send`]; `len` is the SGEs' total, at most [`SMALL_SEND_MAX`];
+    /// `fl` as the application asked (`signaled` included).
     unsafe fn post_send_small(&self, wr_id: u64, s: &[Sge], len: usize, fl: SendFlags) -> bool {
         let sh = self.sh();
         // (buffers the general path would refuse mid-message go there: it reports them)
