@@ -547,7 +547,18 @@ impl Engine {
                 lock(&self.timed).remove(&id);
                 continue;
             };
-            let mut st = sh.lock();
+            // An application thread inside (the usual case of a lazy hold pushed on by a
+            // request-response loop) keeps every deadline for now: look again within
+            // LAZY_REARM rather than wait for the lock (a futex wait here and a wake-up on
+            // its way out for the thread on the latency path).
+            let mut st = match sh.st.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    next = Some(next.map_or(LAZY_REARM, |n| n.min(LAZY_REARM)));
+                    continue;
+                }
+            };
             let now = self.now();
             let mut due = None;
             if let Some(d) = st.startup_deadline() {
