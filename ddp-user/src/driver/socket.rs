@@ -12,7 +12,7 @@ use ddp_proto::conn::{PostError, Role, SMALL_SEND_MAX, SendFlags, State};
 use ddp_proto::ddp::{STag, Sge, SgeList};
 use ddp_proto::mpa::startup::RtrKind;
 
-use crate::driver::conn::{ConnState, Phase, TX_STREAM_LIMIT, ended_errno};
+use crate::driver::conn::{ConnState, Phase, TX_STREAM_LIMIT, ended_errno, join_small};
 use crate::driver::mem::{UserSink, plausible};
 use crate::driver::startup::Startup;
 use crate::driver::{FORK_GEN, Shared, engine, move_high};
@@ -1096,24 +1096,15 @@ impl DdpSocket {
         if sh.in_child() || !s.iter().all(|g| plausible(g.addr, g.len as usize)) {
             return false;
         }
-        let mut joined: [u8; SMALL_SEND_MAX];
-        let payload: &[u8] = match s {
+        let mut parts: [&[u8]; MAX_SGE] = [&[]; MAX_SGE];
+        for (p, g) in parts.iter_mut().zip(s) {
             // SAFETY: a plausible range the caller lent us for reading (this function's
             // contract).
-            [one] => unsafe { core::slice::from_raw_parts(one.addr as *const u8, len) },
-            _ => {
-                joined = [0u8; SMALL_SEND_MAX];
-                let mut at = 0;
-                for g in s {
-                    let l = g.len as usize;
-                    // SAFETY: as above.
-                    let b = unsafe { core::slice::from_raw_parts(g.addr as *const u8, l) };
-                    joined[at..at + l].copy_from_slice(b);
-                    at += l;
-                }
-                &joined[..at]
-            }
-        };
+            *p = unsafe { core::slice::from_raw_parts(g.addr as *const u8, g.len as usize) };
+        }
+        debug_assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), len);
+        let mut scratch = None;
+        let payload = join_small(&parts[..s.len()], &mut scratch);
         let mut st = sh.lock();
         matches!(st.phase, Phase::Open) && st.post_send_small_now(sh, wr_id, payload, fl)
     }
