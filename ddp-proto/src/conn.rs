@@ -1883,6 +1883,22 @@ impl Connection {
         t.fpdus > 0
     }
 
+    /// Whether [`Connection::poll_transmit_into`] has certainly nothing to frame now (no
+    /// Terminate, RTR, message half sent, work request or Read Response waiting), so that a
+    /// driver may skip it. Does the bookkeeping that call would do when idle (a close whose
+    /// last bytes went out completes). False means there may be something: call it.
+    pub fn transmit_idle(&mut self) -> bool {
+        let idle = self.terminate.is_none()
+            && self.rtr_to_send.is_none()
+            && self.active.is_none()
+            && self.sq.is_empty()
+            && self.irq.is_empty();
+        if idle {
+            self.check_closing();
+        }
+        idle
+    }
+
     /// The small-Send fast path: when nothing else waits to be framed (no work request, no
     /// message half sent, no Read Response, Terminate or RTR due), frames one unsolicited Send
     /// of `payload` (1 ..= [`SMALL_SEND_MAX`] octets, one FPDU) into `t` (cleared first), the

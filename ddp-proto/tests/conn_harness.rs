@@ -337,7 +337,14 @@ pub fn drain_events(s: &mut Side) {
 
 fn transmit(s: &mut Side, to: &mut Vec<u8>) -> bool {
     let mut moved = false;
+    // A driver skips `poll_transmit` when `transmit_idle` says so: it must never be wrong.
+    let idle = s.conn.transmit_idle();
     while let Some(t) = s.conn.poll_transmit(&s.mem) {
+        assert!(
+            !idle,
+            "transmit_idle was true, yet {} bytes were framed",
+            t.len()
+        );
         let bytes = t.gather(&s.mem);
         assert_eq!(bytes.len(), t.len());
         s.sent.extend_from_slice(&bytes);

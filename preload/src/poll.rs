@@ -317,7 +317,7 @@ unsafe fn poll_inline(
                 return cvt(r);
             }
         }
-        ddp_user::release_lazy_besides(waits.iter().flatten().map(|w| &w.1));
+        ddp_user::release_lazy_besides(waits[..k].iter().flatten().map(|w| &w.1));
     }
     if k == 0 {
         return cvt(call(fds, n, timeout));
@@ -327,7 +327,7 @@ unsafe fn poll_inline(
     let deadline = timeout.map(|t| std::time::Instant::now() + t);
     let mut first = true;
     loop {
-        for (j, w) in waits.iter().flatten().enumerate() {
+        for (j, w) in waits[..k].iter().flatten().enumerate() {
             let ev = w.1.events();
             ext[n + j] = pollfd {
                 fd: if ev != 0 { w.1.tcp_fd() } else { -1 },
@@ -344,7 +344,7 @@ unsafe fn poll_inline(
         let r = cvt(call(ext.as_mut_ptr(), (n + k) as nfds_t, left))?;
         let mut serviced = false;
         let mut held = false;
-        for (j, w) in waits.iter().flatten().enumerate() {
+        for (j, w) in waits[..k].iter().flatten().enumerate() {
             if ext[n + j].revents != 0 {
                 serviced = true;
                 if w.1.service() {
@@ -1145,7 +1145,7 @@ unsafe fn epoll_inline(
         }
         return Ok(r);
     }
-    ddp_user::release_lazy_besides(waits.iter().flatten().map(|w| &w.0));
+    ddp_user::release_lazy_besides(waits[..k].iter().flatten().map(|w| &w.0));
     let deadline = timeout.map(|t| std::time::Instant::now() + t);
     let mut first = true;
     let mut set = [pollfd {
@@ -1159,7 +1159,7 @@ unsafe fn epoll_inline(
             events: libc::POLLIN,
             revents: 0,
         };
-        for (j, w) in waits.iter().flatten().enumerate() {
+        for (j, w) in waits[..k].iter().flatten().enumerate() {
             let ev = w.0.events();
             set[1 + j] = pollfd {
                 fd: if ev != 0 { w.0.tcp_fd() } else { -1 },
@@ -1177,7 +1177,7 @@ unsafe fn epoll_inline(
         let r = cvt(unsafe { real_ppoll(set.as_mut_ptr(), (k + 1) as nfds_t, left, mask) })?;
         let mut again = set[0].revents != 0;
         let mut held = false;
-        for (j, w) in waits.iter().flatten().enumerate() {
+        for (j, w) in waits[..k].iter().flatten().enumerate() {
             if set[1 + j].revents != 0 {
                 if w.1 {
                     held |= w.0.service();

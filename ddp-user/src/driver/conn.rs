@@ -1291,6 +1291,9 @@ impl ConnState {
         self.deferred_bytes = 0;
         loop {
             if self.tail.is_none() {
+                if conn.transmit_idle() {
+                    return Ok(true); // (nothing to frame: spare the round below)
+                }
                 let mut t = core::mem::take(&mut self.spare_tx);
                 if !conn.poll_transmit_into(mem, &mut t) {
                     self.spare_tx = t;
