@@ -67,8 +67,8 @@ pub use driver::socket::{
     release_lazy_besides,
 };
 pub use driver::{
-    after_fork_in_child, engine_pid, engine_started, flush_at_exit, flush_held, lazy_held,
-    release_lazy,
+    after_fork_in_child, after_fork_in_parent, engine_pid, engine_started, flush_at_exit,
+    flush_held, lazy_held, release_lazy,
 };
 pub use engine::cq::{ConnInfo, Wc};
 pub use engine::options::Options;

@@ -153,6 +153,134 @@ fn app_fd_readiness_poll_epoll_lt_et_and_eagain() {
     });
 }
 
+fn poll_out(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 && p.revents & libc::POLLOUT != 0 }
+}
+
+/// A non-blocking writer is held back as by a TCP socket: once the kernel refuses bytes, the
+/// app fd stops reporting `POLLOUT` (poll, level- and edge-triggered epoll) and sends say
+/// `EAGAIN`, instead of the engine copying up to its 4 MiB queue; when the reader catches up
+/// it is writable again. A raw write on the app fd meanwhile (a stdio stream on the socket)
+/// arrives in order. Every byte is checked.
+#[test]
+fn app_fd_unwritable_while_the_kernel_refuses() {
+    bounded(60, || {
+        let o = Options::default();
+        let (a, b) = pair_bufs(&o, &o, Some(64 << 10));
+        let fd = b.app_fd();
+        // SAFETY: epoll instances for the test.
+        let (et, lt) = unsafe { (libc::epoll_create1(0), libc::epoll_create1(0)) };
+        for (ep, flags) in [(et, libc::EPOLLOUT | libc::EPOLLET), (lt, libc::EPOLLOUT)] {
+            let mut ev = libc::epoll_event {
+                events: flags as u32,
+                u64: 7,
+            };
+            // SAFETY: valid epoll_event.
+            assert_eq!(
+                unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) },
+                0
+            );
+        }
+        assert!(poll_out(fd, 0), "writable at first");
+        assert_eq!(epoll_events(et, 0), 1, "ET: writable at first");
+        assert_eq!(epoll_events(lt, 0), 1, "LT: writable");
+
+        let data = pattern(48 << 20, 0x5eed);
+        let chunk = 64 << 10;
+        let mut sent = 0usize;
+        let mut expect = Vec::new();
+        // Phase 1: write until the kernel refuses and the app fd stays unwritable (the
+        // peer's engine reads its TCP input into its own buffers for a while, which lets
+        // more through). The peer application does not read yet.
+        let mut held = false;
+        for _ in 0..2000 {
+            match b.send(
+                &[IoSlice::new(&data[sent..sent + chunk])],
+                libc::MSG_DONTWAIT,
+            ) {
+                Ok(n) => sent += n,
+                Err(e) => {
+                    assert_eq!(e.0, libc::EAGAIN);
+                    if !poll_out(fd, 200) {
+                        held = true;
+                        break;
+                    }
+                }
+            }
+        }
+        assert!(held, "EAGAIN and no POLLOUT after {sent} bytes");
+        // What is neither acknowledged nor read: the TCP socket's buffer (64 KiB asked,
+        // the kernel doubles it) and the rest of one write in the engine, not the 4 MiB
+        // the engine would queue.
+        let outq = b.out_queue(false).unwrap();
+        assert!(outq < 1 << 20, "{outq} bytes queued after {sent} taken");
+        expect.extend_from_slice(&data[..sent]);
+        assert_eq!(epoll_events(lt, 0), 0, "LT: no EPOLLOUT while refused");
+        let _ = epoll_events(et, 0); // (an edge of earlier writes may still be pending)
+        assert_eq!(epoll_events(et, 0), 0, "ET: nothing new while refused");
+        // A raw write on the app fd goes behind what was sent.
+        // SAFETY: writing our buffer on our fd.
+        let raw = unsafe { libc::send(fd, b"<raw>".as_ptr().cast(), 5, libc::MSG_DONTWAIT) };
+        if raw == 5 {
+            expect.extend_from_slice(b"<raw>");
+        } else {
+            assert_eq!(raw, -1, "raw write: all or nothing for 5 bytes");
+        }
+
+        // Phase 2: the peer reads everything; the writer waits for POLLOUT each time.
+        let total_after = 8 << 20;
+        let reader = {
+            let a = a.clone();
+            let want = expect.len() + total_after;
+            std::thread::spawn(move || recv_exact(&a, want))
+        };
+        assert_eq!(
+            epoll_events(et, 10_000),
+            1,
+            "ET: EPOLLOUT once the reader caught up"
+        );
+        let mut more = 0usize;
+        let mut waits = 0;
+        while more < total_after {
+            let end = (more + chunk).min(total_after);
+            match b.send(
+                &[IoSlice::new(&data[sent + more..sent + end])],
+                libc::MSG_DONTWAIT,
+            ) {
+                Ok(n) => more += n,
+                Err(e) => {
+                    assert_eq!(e.0, libc::EAGAIN);
+                    waits += 1;
+                    assert!(waits < 100_000, "bounded");
+                    assert!(poll_out(fd, 10_000), "POLLOUT comes back");
+                }
+            }
+        }
+        expect.extend_from_slice(&data[sent..sent + total_after]);
+        let got = reader.join().unwrap();
+        if got != expect {
+            let at = got.iter().zip(&expect).position(|(x, y)| x != y);
+            panic!(
+                "stream content (raw write {raw}, sent {sent}): differs at {at:?} of {}; around: {:?} vs {:?}",
+                expect.len(),
+                at.map(|i| &got[i.saturating_sub(4)..(i + 12).min(got.len())]),
+                at.map(|i| &expect[i.saturating_sub(4)..i + 12])
+            );
+        }
+        // SAFETY: closing the test's epoll fds.
+        unsafe {
+            libc::close(et);
+            libc::close(lt);
+        }
+    });
+}
+
 #[test]
 fn nonblocking_connect_and_accept_queue_writes() {
     bounded(30, || {

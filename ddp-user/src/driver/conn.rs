@@ -35,6 +35,8 @@ use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::time::Instant;
 
+use libc::c_int;
+
 use ddp_proto::conn::{
     ConnConfig, Connection, DirectTarget, Event, MIN_MULPDU, RecvMode, Role, RxPlan,
     SMALL_SEND_MAX, SendFlags, State, Transmit, TxPiece, WcOpcode, WcStatus,
@@ -54,6 +56,32 @@ use super::Shared;
 /// Stream data accepted for sending but not yet written, per socket, before a blocking
 /// `send` waits (and a non-blocking one says `EAGAIN`).
 pub(crate) const TX_STREAM_LIMIT: usize = 4 << 20;
+/// Bytes of the back-pressure token ([`ConnState::press`]): with the socketpair's send
+/// buffer at the minimum (4,608 bytes), 512 are enough to make the app end unwritable.
+const TOKEN_LEN: usize = 1024;
+
+/// This process's back-pressure token: random, so that it is found again among other
+/// bytes ([`ConnState::take_token`]).
+fn token() -> &'static [u8; TOKEN_LEN] {
+    static TOKEN: std::sync::OnceLock<[u8; TOKEN_LEN]> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let mut b = [0u8; TOKEN_LEN];
+        if sys::getrandom(&mut b).is_err() {
+            // (no getrandom: a sequence from the clock; only its uniqueness matters)
+            let mut x = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0x9e37_79b9_7f4a_7c15, |d| d.as_nanos() as u64)
+                | 1;
+            for c in b.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
+            }
+        }
+        b
+    })
+}
 /// Received stream data held by the engine beyond what the socketpair took, before it stops
 /// reading the TCP socket (back-pressure to the peer): a process-wide budget shared by the
 /// sockets ([`rx_backlog_limit`]), at most 4 MiB and at least 256 KiB per socket. With 4 MiB
@@ -474,6 +502,12 @@ pub(crate) struct ConnState {
     /// instead (so the app fd's POLLOUT shows the back-pressure): later sends go the same
     /// way, behind those bytes, until `eng_end` has been drained.
     pub(crate) spilled: bool,
+    /// A back-pressure token sits in the socketpair ([`ConnState::press`]): the app fd
+    /// reports no `POLLOUT` until what the kernel refused has been written.
+    pub(crate) pressed: bool,
+    /// The app end's `SO_SNDBUF` as the kernel reports it (doubled), read at the first
+    /// [`ConnState::press`]; 0 before.
+    app_sndbuf: c_int,
     /// The TCP fd stays with the application threads (disarmed in the progress thread's
     /// epoll) until this time although none is inside the library ([`super::LAZY_REARM`]).
     pub(crate) lazy_until: Option<Duration>,
@@ -594,6 +628,8 @@ impl ConnState {
             stream_queued: 0,
             pre_open_tx: Vec::new(),
             spilled: false,
+            pressed: false,
+            app_sndbuf: 0,
             lazy_until: None,
             tcp_armed: 0,
             eng_armed: 0,
@@ -1545,10 +1581,134 @@ impl ConnState {
         }
     }
 
+    /// Makes the app fd unwritable until the bytes the kernel refused are written, as a TCP
+    /// socket's is while its send buffer is full (called by a non-blocking `send` that left
+    /// such bytes; see [`ConnState::unpress`]). The app fd is the socketpair's app end, which
+    /// the kernel reports writable while what it sent and `eng_end` has not read takes at
+    /// most a quarter of its send buffer: with that buffer at the minimum, one token of
+    /// [`TOKEN_LEN`] bytes written on the app end is enough. `poll`, `select` and `epoll`
+    /// (level- or edge-triggered, one-shot) then all see what the kernel sees, and the
+    /// token's read wakes them. Pressed only while nothing else waits in the socketpair and
+    /// the process has not forked since the socket was made (a child may write on the app
+    /// end: see [`super::after_fork_in_parent`]); if anyone else's bytes arrived while the
+    /// token was written, it is taken back at once. A token at the front of `eng_end` is
+    /// never read as stream data: [`ConnState::pump_eng`] waits until it is gone.
+    pub(crate) fn press(&mut self, sh: &Shared) {
+        if self.pressed
+            || self.spilled
+            || !self.is_open()
+            || sh.parent_forks != super::PARENT_FORKS.load(std::sync::atomic::Ordering::Acquire)
+            || sys::inq(sh.eng_end) != Ok(0)
+        {
+            return;
+        }
+        if self.app_sndbuf == 0 {
+            match sys::getsockopt(sh.app_end, libc::SOL_SOCKET, libc::SO_SNDBUF, 0 as c_int) {
+                Ok(v) if v > 0 => self.app_sndbuf = v,
+                _ => return,
+            }
+        }
+        if sys::setsockopt(sh.app_end, libc::SOL_SOCKET, libc::SO_SNDBUF, 1 as c_int).is_err() {
+            return;
+        }
+        self.pressed = true;
+        let tok = token();
+        match sys::send(sh.app_end, tok, libc::MSG_DONTWAIT) {
+            Ok(n) if n == TOKEN_LEN => {}
+            Ok(n) => {
+                // (cannot happen with an empty socketpair; take back what went)
+                self.take_token(sh, n);
+                return;
+            }
+            Err(_) => {
+                self.restore_sndbuf(sh);
+                self.pressed = false;
+                return;
+            }
+        }
+        if sys::inq(sh.eng_end) != Ok(TOKEN_LEN) {
+            // Someone else wrote on the app end meanwhile (a raw write, an exec'd child):
+            // the token may not be first. Read it all back, the token taken out.
+            self.take_token(sh, TOKEN_LEN);
+        }
+    }
+
+    /// Ends [`ConnState::press`]: the app fd's buffer back to its size, the token read.
+    pub(crate) fn unpress(&mut self, sh: &Shared) {
+        if !self.pressed {
+            return;
+        }
+        let mut buf = [0u8; TOKEN_LEN];
+        let mut got = 0;
+        // (the token is at the front: nothing else was in the socketpair when it went in,
+        // and `pump_eng` reads nothing while it is there)
+        while got < TOKEN_LEN {
+            match sys::recv(sh.eng_end, &mut buf[got..], libc::MSG_DONTWAIT) {
+                Ok(n) if n > 0 => got += n,
+                _ => break,
+            }
+        }
+        debug_assert!(
+            got == TOKEN_LEN && buf == *token(),
+            "token not at the front"
+        );
+        self.restore_sndbuf(sh);
+        self.pressed = false;
+        // Raw writes made meanwhile (stdio on the socket) go before any later `send`.
+        if sys::inq(sh.eng_end).is_ok_and(|n| n > 0) {
+            self.pump_eng(sh);
+        }
+    }
+
+    /// Reads everything waiting in `eng_end` (what others wrote around a token of `n`
+    /// bytes), takes the token out and sends the rest as stream data in order.
+    fn take_token(&mut self, sh: &Shared, n: usize) {
+        let tok = &token()[..n];
+        let have = sys::inq(sh.eng_end).unwrap_or(0);
+        let mut buf = vec![0u8; have];
+        let mut got = 0;
+        while got < have {
+            match sys::recv(sh.eng_end, &mut buf[got..], libc::MSG_DONTWAIT) {
+                Ok(k) if k > 0 => got += k,
+                _ => break,
+            }
+        }
+        buf.truncate(got);
+        if let Some(at) = buf.windows(n.max(1)).position(|w| w == tok) {
+            buf.drain(at..at + n);
+        }
+        self.restore_sndbuf(sh);
+        self.pressed = false;
+        if !buf.is_empty() && self.is_open() && !self.want_shut_wr {
+            let _ = self.post_stream(buf);
+        }
+    }
+
+    fn restore_sndbuf(&self, sh: &Shared) {
+        // (the kernel reports twice what was set)
+        let _ = sys::setsockopt(
+            sh.app_end,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            self.app_sndbuf / 2,
+        );
+    }
+
+    /// Bytes of a back-pressure token in the socketpair.
+    pub(crate) fn token_bytes(&self) -> usize {
+        if self.pressed { TOKEN_LEN } else { 0 }
+    }
+
+    /// Whether a [`ConnState::press`] is over: everything sent was written, or the stream
+    /// can take no more (the connection ended or failed; the next `send` reports it).
+    pub(crate) fn press_over(&self) -> bool {
+        self.pressed && (!self.is_open() || self.tcp_shut_wr || self.unsent_bytes() == 0)
+    }
+
     /// Bytes the application wrote to its fd with raw syscalls arrive at `eng_end`: send them
     /// as stream data (or keep them for after the MPA exchange).
     pub(crate) fn pump_eng(&mut self, sh: &Shared) {
-        if self.eng_rd_eof {
+        if self.eng_rd_eof || self.pressed {
             return;
         }
         let mut buf = vec![0u8; 64 * 1024];
@@ -1654,6 +1814,7 @@ impl ConnState {
         }
         let mut ev = 0;
         let sending = !self.eng_rd_eof
+            && !self.pressed
             && !self.want_shut_wr
             && !matches!(self.phase, Phase::Failed)
             && !self.conn_done

@@ -45,6 +45,9 @@ const OWN_PD_BASE: u32 = 0x8000_0000;
 /// belong to the parent's engine.
 static FORK_GEN: AtomicU64 = AtomicU64::new(0);
 static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(core::ptr::null_mut());
+/// Bumped in the parent at every `fork` by [`after_fork_in_parent`]: the sockets made before
+/// may be shared with a child.
+static PARENT_FORKS: AtomicU64 = AtomicU64::new(0);
 
 /// Moves `fd` to a close-on-exec descriptor at or above [`HIGH_FD`] (or wherever there is
 /// room) and closes the original.
@@ -295,6 +298,13 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
 pub fn after_fork_in_child() {
     FORK_GEN.fetch_add(1, Ordering::AcqRel);
     ENGINE.store(core::ptr::null_mut(), Ordering::Release);
+}
+
+/// Fork support, to be called in the parent after a `fork` (e.g. from a `pthread_atfork`
+/// parent handler): the child may now write on the app fds of the sockets that exist, so
+/// they no longer use the socketpair for back-pressure (`ConnState::press`).
+pub fn after_fork_in_parent() {
+    PARENT_FORKS.fetch_add(1, Ordering::AcqRel);
 }
 
 /// Process exit (call it from an exit handler): closes every socket of this process's engine
@@ -626,6 +636,8 @@ pub(crate) struct Shared {
     pub(crate) own_pd: bool,
     pub(crate) zero_based: bool,
     pub(crate) fork_gen: u64,
+    /// [`PARENT_FORKS`] when the socket was made.
+    pub(crate) parent_forks: u64,
     /// `after_fork_in_child` was called on this socket.
     pub(crate) forked: AtomicBool,
     pub(crate) user_closed: AtomicBool,
@@ -783,6 +795,9 @@ impl Shared {
         }
         st.settle(self, &mut mem);
         drop(mem);
+        if st.press_over() {
+            st.unpress(self);
+        }
         if st.close_deadline.is_some() && st.close_done() {
             self.finalize(st);
         }

@@ -15,7 +15,7 @@ use ddp_proto::mpa::startup::RtrKind;
 use crate::driver::conn::{ConnState, Phase, TX_STREAM_LIMIT, ended_errno, join_small};
 use crate::driver::mem::{UserSink, plausible};
 use crate::driver::startup::Startup;
-use crate::driver::{FORK_GEN, Shared, engine, move_high};
+use crate::driver::{FORK_GEN, PARENT_FORKS, Shared, engine, move_high};
 use crate::engine::cq::{ConnInfo, LastTerminate, Wc, state};
 use crate::engine::options::{Options, RTR_READ, RTR_SEND, RTR_WRITE};
 use crate::engine::registry::RegError;
@@ -375,6 +375,7 @@ impl DdpSocket {
             own_pd,
             zero_based: opts.zero_based_to,
             fork_gen: FORK_GEN.load(Ordering::Acquire),
+            parent_forks: PARENT_FORKS.load(Ordering::Acquire),
             forked: AtomicBool::new(false),
             user_closed: AtomicBool::new(false),
             tx_deferred: AtomicBool::new(false),
@@ -486,6 +487,7 @@ impl DdpSocket {
             return false;
         };
         !st.spilled
+            && !st.pressed
             && st.is_open()
             && !st.finalized
             && st.close_deadline.is_none()
@@ -597,6 +599,9 @@ impl DdpSocket {
                 let mut small: [&[u8]; REST_INLINE] = [&[]; REST_INLINE];
                 let n = rest_into(bufs, 0, &mut small);
                 if let Some(n) = st.send_small_now(sh, &small[..n], total) {
+                    if st.has_tail() && nonblock() {
+                        st.press(sh);
+                    }
                     return Ok(n);
                 }
             }
@@ -640,6 +645,19 @@ impl DdpSocket {
                             Err(ended_errno(st))
                         };
                     }
+                    if st.pressed && nonblock() {
+                        // Bytes the kernel refused earlier wait (the app fd shows no
+                        // POLLOUT): written now if it takes them, else EAGAIN, as from a TCP
+                        // socket whose send buffer is full.
+                        sh.progress(st, None, false);
+                        if st.pressed {
+                            return if done > 0 {
+                                Ok(done)
+                            } else {
+                                Err(Errno::EAGAIN)
+                            };
+                        }
+                    }
                     if st.may_lend(total - done) {
                         // Posted from the caller's buffers: written at once below, copied
                         // only as far as the kernel does not take them (`end_lent`).
@@ -664,6 +682,9 @@ impl DdpSocket {
             sh.progress(st, None, read_input);
             sh.end_lent(st);
             if done == total {
+                if st.unsent_bytes() > 0 && nonblock() {
+                    st.press(sh);
+                }
                 return Ok(done);
             }
             let st = g.st();
@@ -1338,8 +1359,8 @@ impl DdpSocket {
     /// The sum of what the application wrote into its socketpair end and the engine has not
     /// taken yet, the engine's unsent bytes (MPA frames, queued and framed FPDUs: the stream
     /// as it goes on the wire, so headers and CRCs count), and the kernel's answer for the TCP
-    /// socket. Read in that order, each under the lock the engine writes under, so a byte
-    /// moving from one to the next may be counted twice but never missed: 0 means everything
+    /// socket. Read in that order, the first two under the lock the engine moves bytes under,
+    /// so a byte moving from one to the next may be counted twice but never missed: 0 means everything
     /// was acknowledged. In a forked child the engine's part is not visible (its lock may
     /// have been held at the fork): socketpair and kernel only.
     pub fn out_queue(&self, not_sent: bool) -> Result<usize, Errno> {
@@ -1350,11 +1371,15 @@ impl DdpSocket {
         } else {
             libc::TIOCOUTQ as libc::c_ulong
         };
-        let pair = sys::inq(sh.eng_end).unwrap_or(0);
         if sh.in_child() {
+            let pair = sys::inq(sh.eng_end).unwrap_or(0);
             return Ok(pair + sys::ioctl_count(sh.tcp_fd, req)?);
         }
         let st = sh.lock();
+        // (a back-pressure token is not the application's)
+        let pair = sys::inq(sh.eng_end)
+            .unwrap_or(0)
+            .saturating_sub(st.token_bytes());
         let engine = st.unsent_bytes() as usize;
         Ok(pair + engine + sys::ioctl_count(sh.tcp_fd, req)?)
     }

@@ -438,10 +438,15 @@ extern "C" fn atfork_child() {
     ddp_user::after_fork_in_child();
 }
 
-/// Registers the fork handler (from the constructor).
+/// The pthread_atfork parent handler: the child may write on the sockets that exist.
+extern "C" fn atfork_parent() {
+    ddp_user::after_fork_in_parent();
+}
+
+/// Registers the fork handlers (from the constructor).
 pub fn init() {
-    // SAFETY: registering a handler that takes no lock and makes no system call.
-    unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
+    // SAFETY: registering handlers that take no lock and make no system call.
+    unsafe { libc::pthread_atfork(None, Some(atfork_parent), Some(atfork_child)) };
 }
 
 #[cfg(test)]
