@@ -153,16 +153,6 @@ fn app_fd_readiness_poll_epoll_lt_et_and_eagain() {
     });
 }
 
-fn poll_out(fd: i32, ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) == 1 && p.revents & libc::POLLOUT != 0 }
-}
-
 /// A non-blocking writer is held back as by a TCP socket: once the kernel refuses bytes, the
 /// app fd stops reporting `POLLOUT` (poll, level- and edge-triggered epoll) and sends say
 /// `EAGAIN`, instead of the engine copying up to its 4 MiB queue; when the reader catches up

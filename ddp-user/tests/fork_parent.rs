@@ -8,16 +8,6 @@ use std::io::IoSlice;
 use common::*;
 use ddp_user::Options;
 
-fn poll_out(fd: i32, ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) == 1 && p.revents & libc::POLLOUT != 0 }
-}
-
 /// After a `fork` in the parent (`after_fork_in_parent`), a child may write on the app fds
 /// of the sockets that existed: those no longer use the socketpair for back-pressure (the
 /// engine queues as before), while a socket made afterwards does.

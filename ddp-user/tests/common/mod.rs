@@ -256,3 +256,14 @@ pub fn variant(name: &str) -> (Options, Options) {
     b.markers = a.markers;
     (a, b)
 }
+
+/// Whether `fd` reports `POLLOUT` within `ms` milliseconds.
+pub fn poll_out(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 && p.revents & libc::POLLOUT != 0 }
+}
