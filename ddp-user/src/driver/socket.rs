@@ -1359,9 +1359,9 @@ impl DdpSocket {
     /// The sum of what the application wrote into its socketpair end and the engine has not
     /// taken yet, the engine's unsent bytes (MPA frames, queued and framed FPDUs: the stream
     /// as it goes on the wire, so headers and CRCs count), and the kernel's answer for the TCP
-    /// socket. Read in that order, the first two under the lock the engine moves bytes under,
-    /// so a byte moving from one to the next may be counted twice but never missed: 0 means everything
-    /// was acknowledged. In a forked child the engine's part is not visible (its lock may
+    /// socket. Read in that order, the first two under the lock the engine moves bytes
+    /// under, so a byte moving from one to the next may be counted twice but never missed: 0
+    /// means everything was acknowledged. In a forked child the engine's part is not visible (its lock may
     /// have been held at the fork): socketpair and kernel only.
     pub fn out_queue(&self, not_sent: bool) -> Result<usize, Errno> {
         const SIOCOUTQNSD: libc::c_ulong = 0x894b;
