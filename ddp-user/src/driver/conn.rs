@@ -1167,7 +1167,10 @@ impl ConnState {
                     follow_at = to_end.filter(|_| run == left).map(|n| n - left);
                 }
             }
+            // (input after the stream broke is read only to be dropped: in large bites)
+            let ended = matches!(conn.state(), State::Error | State::Closed);
             let big = self.small_rx
+                || ended
                 || (self.stream_mode
                     && !self.tagged_seen
                     && conn.recvs_posted() == 0
@@ -1224,6 +1227,7 @@ impl ConnState {
                     // (a reader's buffer with room for large FPDUs: up to the next header)
                     let to_end = conn.rx_octets_to_end();
                     let header_first = self.large_stream
+                        && !ended
                         && mem.has_sink()
                         && (to_end.is_some() || mem.stream_room(0) >= STREAM_DIRECT_MIN);
                     asked = if header_first {
