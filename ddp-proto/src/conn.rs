@@ -536,6 +536,13 @@ pub struct Connection {
     /// Payload bytes of the current stream FPDU in the reader's buffer, unverified
     /// ([`Memory::stream_place`]); `stream_buf` holds the ones after them.
     stream_placed: usize,
+    /// The shape of the stream's Send messages, for a driver that reads several FPDUs
+    /// ahead ([`Connection::rx_stream_shape`]): the current stream segment's MO, the payload
+    /// of the last segment that did not end its message (a full one: the peer's MULPDU
+    /// less the header), and the length of the last message that ended.
+    stream_mo: u32,
+    stream_full: usize,
+    stream_msg: usize,
     // ---- out ----
     events: VecDeque<Event>,
     error: Option<ProtoError>,
@@ -589,6 +596,9 @@ impl Connection {
             irq: InboundReads::new(u32::from(neg.ird)),
             stream_buf: Vec::new(),
             stream_placed: 0,
+            stream_mo: 0,
+            stream_full: 0,
+            stream_msg: 0,
             events: VecDeque::new(),
             error: None,
             stats: Stats::default(),
@@ -1277,6 +1287,12 @@ impl Connection {
                         };
                     }
                     Ok(SendPlacement::Stream) => {
+                        self.stream_mo = mo;
+                        if last {
+                            self.stream_msg = mo as usize + len;
+                        } else {
+                            self.stream_full = len;
+                        }
                         self.rx = RxSeg::Place {
                             opcode,
                             last,
@@ -1747,6 +1763,28 @@ impl Connection {
             self.stream_placed = kept;
             self.stream_buf.clear();
         }
+    }
+
+    /// While the payload of a stream-data Send segment is being received: its message
+    /// offset, payload length and whether it ends its message.
+    pub fn rx_stream_segment(&self) -> Option<(usize, usize, bool)> {
+        match self.rx {
+            RxSeg::Place {
+                target: Target::Stream,
+                len,
+                last,
+                ..
+            } => Some((self.stream_mo as usize, len, last)),
+            _ => None,
+        }
+    }
+
+    /// What the stream's Send messages looked like so far: the payload of a segment that
+    /// did not end its message (the largest the peer sends), and the length of the last
+    /// message that ended (0 for either: none seen yet). A peer that writes the same size
+    /// again and again (a stream of equal `write`s) sends FPDUs a driver can predict.
+    pub fn rx_stream_shape(&self) -> (usize, usize) {
+        (self.stream_full, self.stream_msg)
     }
 
     /// The ULPDU length (DDP/RDMAP header + payload) of the FPDU whose payload is being

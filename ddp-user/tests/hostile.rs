@@ -25,7 +25,7 @@ mod guard;
 #[path = "hostile/peer.rs"]
 mod peer;
 
-use std::io::{IoSlice, IoSliceMut};
+use std::io::{IoSlice, IoSliceMut, Write};
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -357,6 +357,107 @@ fn send_without_recv(role: Role) {
     bench.finish();
 }
 both_roles!(send_with_no_posted_receive, super::send_without_recv);
+
+/// Stream data (no receive posted) read in 1 MiB buffers, so that reads place several FPDUs
+/// each (chained reads), with a bad CRC on the large FPDU of message `BAD` of 96 equal
+/// 64 KiB messages: every byte before that message arrives, in order, and not one more; the
+/// LLP CRC Terminate goes out; the payloads read ahead into the reader's buffer stay past
+/// what `recv` returned, inside the buffer (guarded).
+fn stream_chain_bad_crc(role: Role) {
+    const MSG: usize = 65536;
+    const MSGS: usize = 96;
+    const BAD: usize = 61;
+    // (a full FPDU's payload at the loopback MULPDU, as exsock and siw cut 64 KiB)
+    const SPLIT: usize = 65456;
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    // The victim's reads wake with at least 1 MiB waiting in the kernel: each read takes
+    // several FPDUs (the chained reads this case is about), not one as it arrives.
+    let lowat: libc::c_int = 1 << 20;
+    // SAFETY: one int option on the victim's TCP socket.
+    let rc = unsafe {
+        libc::setsockopt(
+            v.tcp_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&lowat as *const libc::c_int).cast(),
+            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_RCVLOWAT");
+    let data = pattern(MSGS * MSG, 31);
+    let mut wire = Vec::with_capacity(MSGS * (MSG + 64));
+    for (m, body) in data.chunks(MSG).enumerate() {
+        let msn = h.send_msn;
+        h.send_msn += 1;
+        let first = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, false));
+        let mut f = h.frame(&[&first, &body[..SPLIT]]);
+        if m == BAD {
+            let n = f.len();
+            f[n - 1] ^= 0x01;
+        }
+        wire.extend_from_slice(&f);
+        let mo = SPLIT as u32;
+        let second = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo }, true));
+        wire.extend_from_slice(&h.frame(&[&second, &body[SPLIT..]]));
+    }
+    // (made first: the reader is waiting in `recv` when the first bytes come)
+    let buf = guard::Guarded::new(MSGS * MSG, 3);
+    let mut w = h.s.try_clone().unwrap();
+    // (the victim ends the connection partway through: the write may fail)
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(&wire);
+    });
+    let mut got = 0;
+    let mut end = None;
+    for _ in 0..10_000 {
+        let want = (1usize << 20).min(buf.len() - got);
+        // SAFETY: the guarded buffer is ours, `got + want` stays inside it, and nothing
+        // else uses it while `recv` runs.
+        let slice = unsafe { std::slice::from_raw_parts_mut(buf.ptr().add(got), want) };
+        match v.recv(&mut [IoSliceMut::new(slice)], 0) {
+            Ok(0) => {
+                end = Some(0);
+                break;
+            }
+            Ok(n) => got += n,
+            Err(e) => {
+                end = Some(e.0);
+                break;
+            }
+        }
+    }
+    let c = v.counters().unwrap();
+    eprintln!("stream_chain_bad_crc: {c:?}");
+    assert_eq!(end, Some(0), "EOF after the last good byte");
+    assert_eq!(
+        got,
+        BAD * MSG,
+        "every byte before the bad FPDU, and not one more"
+    );
+    assert!(
+        buf.snapshot()[..got] == data[..got],
+        "stream content differs"
+    );
+    buf.assert_slack_untouched("reader's buffer");
+    assert_eq!(c.crc_errors, 1);
+    assert!(c.rx_chained >= 8, "reads placed several FPDUs each: {c:?}");
+    h.expect_terminate_code((2, 0, 2));
+    writer.join().unwrap();
+    assert_ended(
+        &v,
+        Ended {
+            term: Some((1, (2, 0, 2))),
+            so_error: libc::ECONNRESET,
+        },
+    );
+    drop(v);
+    bench.finish();
+}
+both_roles!(
+    stream_chain_bad_crc_ends_in_order,
+    super::stream_chain_bad_crc
+);
 
 // ---- RDMA Read Request (source checks are RDMAP remote protection errors)
 

@@ -529,3 +529,74 @@ fn local_write_access_and_bad_args() {
         );
     });
 }
+
+/// Sends `sizes` as separate writes from a thread while `b` reads with buffers of `read`
+/// bytes; checks every byte and returns the reader's counters.
+fn stream_sizes(
+    a: &DdpSocket,
+    b: &DdpSocket,
+    sizes: Vec<usize>,
+    read: usize,
+    seed: u64,
+) -> ddp_user::Counters {
+    let total: usize = sizes.iter().sum();
+    let data = pattern(total, seed);
+    let d2 = data.clone();
+    let a2 = a.clone();
+    let t = std::thread::spawn(move || {
+        let mut at = 0;
+        for n in sizes {
+            send_all(&a2, &d2[at..at + n]);
+            at += n;
+        }
+    });
+    let mut got = vec![0u8; total];
+    let mut at = 0;
+    while at < total {
+        let want = read.min(total - at);
+        let n = b
+            .recv(&mut [std::io::IoSliceMut::new(&mut got[at..at + want])], 0)
+            .expect("recv");
+        assert!(n > 0, "unexpected EOF after {at} of {total} bytes");
+        at += n;
+    }
+    t.join().unwrap();
+    assert!(got == data, "stream content differs");
+    b.counters().expect("counters")
+}
+
+/// Equal 64 KiB writes read in 1 MiB buffers: reads place several FPDUs each, every byte
+/// in order.
+#[test]
+fn stream_chained_reads() {
+    bounded(60, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        let c = stream_sizes(&a, &b, vec![65536; 768], 1 << 20, 5);
+        eprintln!("{c:?}");
+        assert!(c.rx_chained > 0, "no read placed several FPDUs: {c:?}");
+    });
+}
+
+/// Runs of equal writes whose size changes now and then: the reads that guessed the next
+/// FPDUs from the last message find a different one, copy what came after it back out,
+/// and every byte still arrives in order.
+#[test]
+fn stream_chained_reads_wrong_guesses() {
+    bounded(60, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        let mut sizes = Vec::new();
+        let mut rng = Rng::new(9);
+        while sizes.len() < 1500 {
+            let size = [65536, 100_000, 1 << 20, 65536 * 3, 200_000][rng.below(5) as usize];
+            for _ in 0..1 + rng.below(12) {
+                sizes.push(size);
+            }
+            sizes.push(1 + rng.below(3000) as usize);
+        }
+        let c = stream_sizes(&a, &b, sizes, 1 << 20, 6);
+        eprintln!("{c:?}");
+        assert!(c.rx_chained > 0 && c.rx_chain_misses > 0, "{c:?}");
+    });
+}

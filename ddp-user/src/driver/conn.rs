@@ -43,10 +43,11 @@ use ddp_proto::conn::{
 };
 use ddp_proto::ddp::{Memory, Sge};
 use ddp_proto::error::ProtoError;
+use ddp_proto::mpa::deframer::UNTAGGED_HEADER_LEN;
 use ddp_proto::mpa::markers::{MAX_ULPDU_LEN, fpdu_len_without_markers, mulpdu};
 use ddp_proto::mpa::startup::Negotiated;
 
-use crate::driver::mem::SessionMem;
+use crate::driver::mem::{STREAM_CHAIN_MAX, SessionMem, StreamChain};
 use crate::driver::startup::{Startup, Step};
 use crate::engine::cq::{LastTerminate, wc_from_completion};
 use crate::sys::{self, Errno};
@@ -402,6 +403,311 @@ fn input_from(
     }
 }
 
+/// The small FPDU that followed a placed one, from its ULPDU_LENGTH: `(wire length,
+/// ULPDU_LENGTH)`, or `(0, 0)` if it is not small ([`SMALL_FOLLOW_MAX`]).
+fn follower(ulen: usize) -> (usize, usize) {
+    let wire = fpdu_len_without_markers(ulen);
+    if wire <= SMALL_FOLLOW_MAX {
+        (wire, ulen)
+    } else {
+        (0, 0)
+    }
+}
+
+/// Small FPDUs a chained read takes between two payloads at most ...
+const GAP_SMALL_MAX: usize = 4;
+/// ... and their octets at most (so that what one gap delivers stays far below
+/// [`KEEP_READ_MIN`]: feeding a gap never hands the receive buffer to the backlog).
+const GAP_SMALL_OCTETS: usize = SMALL_FOLLOW_MAX;
+const _: () = assert!(GAP_SMALL_OCTETS + 64 < KEEP_READ_MIN);
+const _: () = assert!(STREAM_CHAIN_MAX * (GAP_SMALL_OCTETS + 8 + NEXT_HEADER) <= BIG_READ);
+
+/// The octets a chained read takes between two payloads into our buffer: the first one's
+/// pad and CRC, whole small FPDUs, the next one's header.
+#[derive(Clone, Copy, Default)]
+struct Gap {
+    len: usize,
+    /// Pad and CRC of the payload before.
+    trail: usize,
+    /// The ULPDU_LENGTHs expected: of the small FPDUs, then of the next header (if any).
+    ulens: [u16; GAP_SMALL_MAX + 1],
+    count: usize,
+}
+
+impl Gap {
+    /// Whether `b` (the whole gap) holds the FPDUs expected: then feeding it delivers at
+    /// most the small FPDUs' payloads, and no byte of the next payload.
+    fn as_planned(&self, b: &[u8]) -> bool {
+        let mut at = self.trail;
+        for &u in &self.ulens[..self.count] {
+            // ULPDU_LENGTH, then the DDP control octet: T clear (untagged).
+            if b.len() < at + 3
+                || u16::from_be_bytes([b[at], b[at + 1]]) != u
+                || b[at + 2] & 0x80 != 0
+            {
+                return false;
+            }
+            at += fpdu_len_without_markers(usize::from(u));
+        }
+        true
+    }
+}
+
+/// A chained read: the payloads of several large stream FPDUs in one `recvmsg`, each at its
+/// place in the reader's buffer, the gaps between them into ours ([`read_chain`]).
+struct ChainPlan {
+    n: usize,
+    /// Where each payload goes (bytes past what the reader's buffer has) and its length.
+    payloads: [(usize, usize); STREAM_CHAIN_MAX],
+    /// The gap after each payload.
+    gaps: [Gap; STREAM_CHAIN_MAX],
+}
+
+impl ChainPlan {
+    fn asked(&self) -> usize {
+        (0..self.n)
+            .map(|k| self.payloads[k].1 + self.gaps[k].len)
+            .sum()
+    }
+}
+
+/// The stream FPDUs' payloads to expect next, if every message is as long as the last one
+/// that ended and is cut like the ones before (full segments, then the rest).
+struct Predict {
+    /// Octets of the current message so far, and its length.
+    pos: usize,
+    len: usize,
+    full: usize,
+    msg: usize,
+}
+
+impl Predict {
+    fn next(&mut self) -> usize {
+        if self.pos == self.len {
+            (self.pos, self.len) = (0, self.msg);
+        }
+        let p = self.full.min(self.len - self.pos);
+        self.pos += p;
+        p
+    }
+}
+
+/// Plans a chained read from the stream FPDU whose payload is next (`left` octets of it to
+/// place at `at` in the reader's buffer, `to_end` to the end of the FPDU), when the messages
+/// so far let the next FPDUs be predicted (see [`Predict`]): as many large ones as the
+/// reader's buffer has room for (each payload in one contiguous piece, the small FPDUs'
+/// payloads between them too) and the kernel already holds whole. `None` for fewer than two.
+fn plan_chain(
+    conn: &Connection,
+    mem: &SessionMem<'_, '_, '_>,
+    (at, left, to_end): (usize, usize, usize),
+    floor: &mut usize,
+    fd: RawFd,
+) -> Option<ChainPlan> {
+    let (mo, seg, last) = conn.rx_stream_segment()?;
+    let (full, msg) = conn.rx_stream_shape();
+    if full < STREAM_DIRECT_MIN || msg == 0 || left == 0 {
+        return None;
+    }
+    let end = mo + seg;
+    let len = if last {
+        end
+    } else if msg > end {
+        msg // (the message is as long as the last one: a guess, checked as it goes)
+    } else {
+        return None;
+    };
+    let mut pr = Predict {
+        pos: end,
+        len,
+        full,
+        msg,
+    };
+    let room = mem.stream_room(0);
+    let mut c = ChainPlan {
+        n: 1,
+        payloads: [(0, 0); STREAM_CHAIN_MAX],
+        gaps: [Gap::default(); STREAM_CHAIN_MAX],
+    };
+    c.payloads[0] = (at, left);
+    let mut trail = to_end - left;
+    let mut off = at + left; // (in the reader's buffer, after the last payload planned)
+    let mut wire = left; // (octets from here through the last payload planned)
+    // (octets from here through the small FPDUs after payload k)
+    let mut need = [0usize; STREAM_CHAIN_MAX];
+    loop {
+        let k = c.n - 1;
+        let mut g = Gap {
+            len: trail,
+            trail,
+            ..Gap::default()
+        };
+        let big = loop {
+            let p = pr.next();
+            if p >= STREAM_DIRECT_MIN {
+                break Some(p);
+            }
+            let w = fpdu_len_without_markers(p + UNTAGGED_HEADER_LEN);
+            if g.count == GAP_SMALL_MAX || g.len - trail + w > GAP_SMALL_OCTETS {
+                break None;
+            }
+            g.ulens[g.count] = (p + UNTAGGED_HEADER_LEN) as u16;
+            g.count += 1;
+            g.len += w;
+            off += p;
+        };
+        need[k] = wire + g.len;
+        if let Some(p) = big {
+            g.ulens[g.count] = (p + UNTAGGED_HEADER_LEN) as u16;
+            g.count += 1;
+            g.len += NEXT_HEADER;
+        }
+        c.gaps[k] = g;
+        let Some(p) = big else { break };
+        if c.n == STREAM_CHAIN_MAX || off + p > room || mem.stream_run(off) < p {
+            break;
+        }
+        c.payloads[c.n] = (off, p);
+        c.n += 1;
+        wire = need[k] + NEXT_HEADER + p;
+        off += p;
+        let ulen = p + UNTAGGED_HEADER_LEN;
+        trail = fpdu_len_without_markers(ulen) - 2 - ulen;
+    }
+    kernel_has(floor, fd, need[c.n - 1]);
+    while c.n >= 2 && need[c.n - 1] > *floor {
+        c.n -= 1;
+    }
+    (c.n >= 2).then_some(c)
+}
+
+/// Reads what `c` planned with one `recvmsg` and feeds it to the connection in order: each
+/// payload as placed where it went, each gap as input. A payload counts as placed only if
+/// the connection is at its start and would put it exactly there; a gap is fed only if it
+/// holds the FPDUs expected, so that what it delivers cannot reach into the next payload's
+/// place. Otherwise everything from there on is copied back out of the reader's buffer and
+/// fed as input (the deframer does with it what it does with any input: places it, or
+/// finds the stream broken and ends it with a Terminate). Returns the octets read.
+#[allow(clippy::too_many_arguments)]
+fn read_chain(
+    conn: &mut Connection,
+    backlog: &mut Backlog,
+    rx_buf: &mut Vec<u8>,
+    mem: &mut SessionMem<'_, '_, '_>,
+    c: &ChainPlan,
+    counts: &mut RxCounts,
+    now: Duration,
+    sh: &Shared,
+) -> Result<usize, Errno> {
+    let gaps: usize = c.gaps[..c.n].iter().map(|g| g.len).sum();
+    let mut lens = [0usize; STREAM_CHAIN_MAX];
+    for (l, g) in lens.iter_mut().zip(&c.gaps[..c.n]) {
+        *l = g.len;
+    }
+    let (n, chain) = mem.recv_stream_chain(
+        sh.tcp_fd,
+        &c.payloads[..c.n],
+        &mut rx_buf[..gaps],
+        &lens[..c.n],
+    )?;
+    let mut rest = n;
+    let mut gap_at = 0;
+    for k in 0..c.n {
+        if rest == 0 {
+            break;
+        }
+        let len = c.payloads[k].1;
+        let at_start = || {
+            matches!(conn.rx_plan(), RxPlan::Direct {
+                target: DirectTarget::Stream { at: 0, left },
+                len: run,
+            } if left == len && run == len)
+        };
+        if k > 0 && !(at_start() && mem.stream_chain_at(&chain, k)) {
+            let back = chain_back(mem, &chain, c, rx_buf, 2 * k, rest);
+            counts.chain_misses += 1;
+            feed(conn, backlog, rx_buf, mem, &back, now, sh);
+            return Ok(n);
+        }
+        let placed = rest.min(len);
+        conn.placed_direct(placed, mem);
+        if k > 0 {
+            counts.chained += 1;
+        }
+        rest -= placed;
+        let g = rest.min(c.gaps[k].len);
+        rest -= g;
+        if rest > 0 && !c.gaps[k].as_planned(&rx_buf[gap_at..gap_at + g]) {
+            // (the gap is whole: bytes came after it)
+            let back = chain_back(mem, &chain, c, rx_buf, 2 * k + 1, g + rest);
+            counts.chain_misses += 1;
+            feed(conn, backlog, rx_buf, mem, &back, now, sh);
+            return Ok(n);
+        }
+        if g > 0 {
+            rx_buf.copy_within(gap_at..gap_at + g, 0);
+            input_from(conn, backlog, rx_buf, g, mem, now, sh);
+        }
+        gap_at += c.gaps[k].len;
+    }
+    Ok(n)
+}
+
+/// The first `len` octets a chained read put into its pieces from piece `from` on (piece
+/// `2k` is payload `k`, `2k + 1` the gap after it), in stream order.
+fn chain_back(
+    mem: &SessionMem<'_, '_, '_>,
+    chain: &StreamChain,
+    c: &ChainPlan,
+    rx_buf: &[u8],
+    from: usize,
+    mut len: usize,
+) -> Vec<u8> {
+    let mut back = Vec::with_capacity(len);
+    let mut gap_at: usize = c.gaps[..from / 2].iter().map(|g| g.len).sum();
+    for piece in from..2 * c.n {
+        let j = piece / 2;
+        if piece % 2 == 0 {
+            let p = len.min(c.payloads[j].1);
+            mem.stream_chain_copy(chain, j, p, &mut back);
+            len -= p;
+        } else {
+            let g = len.min(c.gaps[j].len);
+            back.extend_from_slice(&rx_buf[gap_at..gap_at + g]);
+            len -= g;
+            gap_at += c.gaps[j].len;
+        }
+    }
+    back
+}
+
+/// Feeds `bytes` to the connection through `rx_buf`, as if read there.
+fn feed(
+    conn: &mut Connection,
+    backlog: &mut Backlog,
+    rx_buf: &mut Vec<u8>,
+    mem: &mut SessionMem<'_, '_, '_>,
+    bytes: &[u8],
+    now: Duration,
+    sh: &Shared,
+) {
+    for part in bytes.chunks(BIG_READ) {
+        rx_buf[..part.len()].copy_from_slice(part);
+        input_from(conn, backlog, rx_buf, part.len(), mem, now, sh);
+    }
+}
+
+/// How a socket's input was read (for tests and the stats surface).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RxCounts {
+    /// Reads of the TCP socket.
+    pub(crate) reads: u64,
+    /// Stream payloads placed by chained reads besides the first of each ([`read_chain`]).
+    pub(crate) chained: u64,
+    /// Chained reads whose guess was wrong somewhere (what followed was copied back out).
+    pub(crate) chain_misses: u64,
+}
+
 /// The phase of a socket.
 pub(crate) enum Phase {
     /// MPA exchange under way (non-blocking sockets: served by the progress thread).
@@ -477,6 +783,10 @@ pub(crate) struct ConnState {
     /// 65,456 + 80 at the loopback MULPDU), so the next such placement reads it, and the
     /// next header, in the same `recvmsg`: one read per message instead of two.
     follow: usize,
+    /// The ULPDU_LENGTH of that small FPDU (with `follow`; 0 when none followed).
+    follow_ulen: usize,
+    /// How the input was read.
+    pub(crate) rx_counts: RxCounts,
     /// When a hold with no application thread inside ends ([`super::LAZY_REARM`] after the
     /// last one left; `Some` while the socket counts in the process's held sockets).
     pub(crate) hold_until: Option<Duration>,
@@ -615,6 +925,8 @@ impl ConnState {
             in_held: false,
             small_run: 0,
             follow: 0,
+            follow_ulen: 0,
+            rx_counts: RxCounts::default(),
             inq_floor: 0,
             poll_reader: false,
             hold_until: None,
@@ -1130,6 +1442,8 @@ impl ConnState {
             let mut tail_len = None;
             // (where the next FPDU starts in the tail read, after a direct stream placement)
             let mut follow_at = None;
+            // (several large FPDUs in one read, when they can be predicted)
+            let mut chain = None;
             if let RxPlan::Direct {
                 target: DirectTarget::Stream { at, left },
                 len: run,
@@ -1165,6 +1479,12 @@ impl ConnState {
                             }
                     }));
                     follow_at = to_end.filter(|_| run == left).map(|n| n - left);
+                    if !markers_rx
+                        && run == left
+                        && let Some(te) = to_end
+                    {
+                        chain = plan_chain(conn, mem, (at, left, te), &mut inq_floor, sh.tcp_fd);
+                    }
                 }
             }
             // (input after the stream broke is read only to be dropped: in large bites)
@@ -1176,85 +1496,108 @@ impl ConnState {
                     && conn.recvs_posted() == 0
                     && conn.reads_outstanding() == 0);
             let mut asked;
-            let got = match plan {
-                RxPlan::Direct { target, len } => {
-                    let tail_len = tail_len.unwrap_or(if big { BIG_READ } else { SMALL_READ });
-                    asked = len + tail_len;
-                    match mem.recv_direct(sh.tcp_fd, target, len, &mut rx_buf[..tail_len]) {
-                        Ok((0, 0)) => Ok(0),
-                        Ok((placed, tail)) => {
-                            if placed > 0 {
-                                conn.placed_direct(placed, mem);
+            self.rx_counts.reads += 1;
+            let got = if let Some(c) = &chain {
+                asked = c.asked();
+                read_chain(
+                    conn,
+                    &mut self.backlog,
+                    &mut rx_buf,
+                    mem,
+                    c,
+                    &mut self.rx_counts,
+                    now,
+                    sh,
+                )
+            } else {
+                match plan {
+                    RxPlan::Direct { target, len } => {
+                        let tail_len = tail_len.unwrap_or(if big { BIG_READ } else { SMALL_READ });
+                        asked = len + tail_len;
+                        match mem.recv_direct(sh.tcp_fd, target, len, &mut rx_buf[..tail_len]) {
+                            Ok((0, 0)) => Ok(0),
+                            Ok((placed, tail)) => {
+                                if placed > 0 {
+                                    conn.placed_direct(placed, mem);
+                                }
+                                // (the next FPDU's ULPDU_LENGTH, read now: small, or not)
+                                if let Some(at) = follow_at
+                                    && !markers_rx
+                                    && tail >= at + 2
+                                {
+                                    let ulen = u16::from_be_bytes([rx_buf[at], rx_buf[at + 1]]);
+                                    (self.follow, self.follow_ulen) = follower(ulen as usize);
+                                }
+                                if tail > 0 {
+                                    input_from(
+                                        conn,
+                                        &mut self.backlog,
+                                        &mut rx_buf,
+                                        tail,
+                                        mem,
+                                        now,
+                                        sh,
+                                    );
+                                }
+                                Ok(placed + tail)
                             }
-                            // (the next FPDU's ULPDU_LENGTH, read now: small, or not)
-                            if let Some(at) = follow_at
-                                && !markers_rx
-                                && tail >= at + 2
-                            {
-                                let ulen = u16::from_be_bytes([rx_buf[at], rx_buf[at + 1]]);
-                                let wire = fpdu_len_without_markers(ulen as usize);
-                                self.follow = if wire <= SMALL_FOLLOW_MAX { wire } else { 0 };
+                            // The region went away: read the bytes into our buffer, where
+                            // placement drops them.
+                            Err(None) => {
+                                asked = len.min(BIG_READ);
+                                let r =
+                                    sys::recv(sh.tcp_fd, &mut rx_buf[..asked], libc::MSG_DONTWAIT);
+                                if let Ok(n) = r
+                                    && n > 0
+                                {
+                                    input_from(
+                                        conn,
+                                        &mut self.backlog,
+                                        &mut rx_buf,
+                                        n,
+                                        mem,
+                                        now,
+                                        sh,
+                                    );
+                                }
+                                r
                             }
-                            if tail > 0 {
-                                input_from(
-                                    conn,
-                                    &mut self.backlog,
-                                    &mut rx_buf,
-                                    tail,
-                                    mem,
-                                    now,
-                                    sh,
-                                );
-                            }
-                            Ok(placed + tail)
-                        }
-                        // The region went away: read the bytes into our buffer, where
-                        // placement drops them.
-                        Err(None) => {
-                            asked = len.min(BIG_READ);
-                            let r = sys::recv(sh.tcp_fd, &mut rx_buf[..asked], libc::MSG_DONTWAIT);
-                            if let Ok(n) = r
-                                && n > 0
-                            {
-                                input_from(conn, &mut self.backlog, &mut rx_buf, n, mem, now, sh);
-                            }
-                            r
-                        }
-                        Err(Some(e)) => Err(e),
-                    }
-                }
-                RxPlan::Buffered => {
-                    // (a reader's buffer with room for large FPDUs: up to the next header)
-                    let to_end = conn.rx_octets_to_end();
-                    let header_first = self.large_stream
-                        && !ended
-                        && mem.has_sink()
-                        && (to_end.is_some() || mem.stream_room(0) >= STREAM_DIRECT_MIN);
-                    asked = if header_first {
-                        to_end.map_or(NEXT_HEADER, |n| (n + NEXT_HEADER).min(BIG_READ))
-                    } else if big {
-                        BIG_READ
-                    } else {
-                        SMALL_READ
-                    };
-                    let fpdus = conn.stats().fpdus_in;
-                    let r = sys::recv(sh.tcp_fd, &mut rx_buf[..asked], libc::MSG_DONTWAIT);
-                    if let Ok(n) = r
-                        && n > 0
-                    {
-                        input_from(conn, &mut self.backlog, &mut rx_buf, n, mem, now, sh);
-                    }
-                    // (large FPDUs in this read, or small ones)
-                    let headers = (conn.stats().fpdus_in - fpdus) as usize;
-                    if headers >= 1 && r.unwrap_or(0) / headers >= STREAM_DIRECT_MIN {
-                        (self.large_stream, self.small_run) = (true, 0);
-                    } else if headers >= 1 {
-                        self.small_run += headers as u32;
-                        if self.small_run >= SMALL_RUN_END {
-                            self.large_stream = false;
+                            Err(Some(e)) => Err(e),
                         }
                     }
-                    r
+                    RxPlan::Buffered => {
+                        // (a reader's buffer with room for large FPDUs: up to the next header)
+                        let to_end = conn.rx_octets_to_end();
+                        let header_first = self.large_stream
+                            && !ended
+                            && mem.has_sink()
+                            && (to_end.is_some() || mem.stream_room(0) >= STREAM_DIRECT_MIN);
+                        asked = if header_first {
+                            to_end.map_or(NEXT_HEADER, |n| (n + NEXT_HEADER).min(BIG_READ))
+                        } else if big {
+                            BIG_READ
+                        } else {
+                            SMALL_READ
+                        };
+                        let fpdus = conn.stats().fpdus_in;
+                        let r = sys::recv(sh.tcp_fd, &mut rx_buf[..asked], libc::MSG_DONTWAIT);
+                        if let Ok(n) = r
+                            && n > 0
+                        {
+                            input_from(conn, &mut self.backlog, &mut rx_buf, n, mem, now, sh);
+                        }
+                        // (large FPDUs in this read, or small ones)
+                        let headers = (conn.stats().fpdus_in - fpdus) as usize;
+                        if headers >= 1 && r.unwrap_or(0) / headers >= STREAM_DIRECT_MIN {
+                            (self.large_stream, self.small_run) = (true, 0);
+                        } else if headers >= 1 {
+                            self.small_run += headers as u32;
+                            if self.small_run >= SMALL_RUN_END {
+                                self.large_stream = false;
+                            }
+                        }
+                        r
+                    }
                 }
             };
             if mem.stream_bytes > 0 {

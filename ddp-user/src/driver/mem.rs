@@ -151,6 +151,15 @@ impl<'a> UserSink<'a> {
         first
     }
 
+    /// Whether `ptr..ptr + len` lies inside one of the caller's buffers.
+    fn holds(&self, ptr: *mut u8, len: usize) -> bool {
+        let (a, e) = (ptr as usize, (ptr as usize).saturating_add(len));
+        self.parts
+            .as_slice()
+            .iter()
+            .any(|&(p, n)| a >= p as usize && e <= p as usize + n)
+    }
+
     /// Copies `data` to `off` bytes past what was delivered (as much as fits); returns how
     /// much. Nothing is delivered by this ([`Self::put`] does).
     fn put_at(&mut self, off: usize, data: &[u8]) -> usize {
@@ -315,6 +324,103 @@ impl<'r, 's, 'u> SessionMem<'r, 's, 'u> {
         // buffers (borrowed by the sink, within the room); `tail` is ours.
         let n = sys::recvmsg(fd, &mut iov, libc::MSG_DONTWAIT).map_err(Some)?;
         Ok((n.min(len), n.saturating_sub(len)))
+    }
+}
+
+/// Most payloads one chained stream read places ([`SessionMem::recv_stream_chain`]).
+pub(crate) const STREAM_CHAIN_MAX: usize = 8;
+
+/// Where a chained stream read put each payload: the caller's memory, as the sink gave it
+/// when the read was planned. Valid for the session that made it (the sink's borrow).
+pub(crate) struct StreamChain {
+    parts: [(*mut u8, usize); STREAM_CHAIN_MAX],
+    n: usize,
+}
+
+impl SessionMem<'_, '_, '_> {
+    /// Contiguous room in the caller's buffers at `off` bytes past what was delivered (0
+    /// without a sink, or while stream data waits outside it).
+    pub(crate) fn stream_run(&self, off: usize) -> usize {
+        self.stream_sink().map_or(0, |s| s.contiguous(off).1)
+    }
+
+    /// One `recvmsg` (non-blocking) for several stream FPDUs: payload `k` goes to
+    /// `payloads[k] = (off, len)` (bytes past what the sink has delivered; each must lie in
+    /// one contiguous piece of it), and the `tail_lens[k]` bytes after it into `tails`, one
+    /// after the other. Returns the bytes read and where the payloads went.
+    ///
+    /// # Panics
+    ///
+    /// If there is no sink, or a payload does not fit where it is asked to go (a driver
+    /// bug: the planner asks [`Self::stream_run`]).
+    pub(crate) fn recv_stream_chain(
+        &self,
+        fd: RawFd,
+        payloads: &[(usize, usize)],
+        tails: &mut [u8],
+        tail_lens: &[usize],
+    ) -> Result<(usize, StreamChain), Errno> {
+        assert!(payloads.len() == tail_lens.len() && payloads.len() <= STREAM_CHAIN_MAX);
+        assert!(tail_lens.iter().sum::<usize>() <= tails.len());
+        let sink = self
+            .stream_sink()
+            .expect("a chained read needs the stream sink");
+        let mut chain = StreamChain {
+            parts: [(core::ptr::null_mut(), 0); STREAM_CHAIN_MAX],
+            n: payloads.len(),
+        };
+        let mut iov = [sys::iovec(core::ptr::null(), 0); 2 * STREAM_CHAIN_MAX];
+        let mut t = tails.as_mut_ptr();
+        for (k, (&(off, len), &tl)) in payloads.iter().zip(tail_lens).enumerate() {
+            let (ptr, room) = sink.contiguous(off);
+            assert!(room >= len, "chained payload outside the caller's buffer");
+            chain.parts[k] = (ptr, len);
+            iov[2 * k] = sys::iovec(ptr, len);
+            iov[2 * k + 1] = sys::iovec(t, tl);
+            // `tl` bytes of `tails` each, in all at most its length (asserted above).
+            t = t.wrapping_add(tl);
+        }
+        // The kernel writes into the caller's receive buffers (borrowed by the sink, each
+        // payload inside one contiguous piece of them) and into `tails` (ours).
+        let n = sys::recvmsg(fd, &mut iov[..2 * payloads.len()], libc::MSG_DONTWAIT)?;
+        Ok((n, chain))
+    }
+
+    /// Whether stream data would go next exactly where payload `k` of `chain` was read
+    /// (everything before it was delivered as planned).
+    pub(crate) fn stream_chain_at(&self, chain: &StreamChain, k: usize) -> bool {
+        k < chain.n
+            && self
+                .stream_sink()
+                .is_some_and(|s| s.contiguous(0).0 == chain.parts[k].0)
+    }
+
+    /// Appends the first `len` bytes read into payload `k`'s place to `out` (a guess that
+    /// turned out wrong: those bytes go through the deframer instead).
+    ///
+    /// # Panics
+    ///
+    /// If `len` exceeds what was read there, or the place is not in the sink.
+    pub(crate) fn stream_chain_copy(
+        &self,
+        chain: &StreamChain,
+        k: usize,
+        len: usize,
+        out: &mut Vec<u8>,
+    ) {
+        let (ptr, plen) = chain.parts[..chain.n][k];
+        assert!(len <= plen, "more than the chained payload");
+        let sink = self
+            .sink
+            .as_deref()
+            .expect("a chained read needs the stream sink");
+        assert!(
+            sink.holds(ptr, len),
+            "chained payload outside the caller's buffer"
+        );
+        // SAFETY: `ptr..ptr+len` lies in one of the caller's buffers borrowed by the sink
+        // for this session (checked just above), written by the chained `recvmsg`.
+        out.extend_from_slice(unsafe { core::slice::from_raw_parts(ptr, len) });
     }
 }
 

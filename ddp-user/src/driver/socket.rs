@@ -65,6 +65,14 @@ pub struct Counters {
     pub terminates_sent: u64,
     /// Terminates received.
     pub terminates_received: u64,
+    /// Reads of the TCP socket for input.
+    pub rx_reads: u64,
+    /// Large stream FPDUs placed straight into a reader's buffer by a read that placed
+    /// another one before them (several FPDUs per read).
+    pub rx_chained: u64,
+    /// Such reads whose guess of the FPDUs to come was wrong: the bytes after the wrong
+    /// guess were copied back out and taken as buffered input.
+    pub rx_chain_misses: u64,
 }
 
 /// A [`DdpSocket`] that does not keep the socket open ([`DdpSocket::downgrade`]).
@@ -1392,12 +1400,16 @@ impl DdpSocket {
             return Err(Errno::EOPNOTSUPP);
         }
         let st = sh.lock();
+        let rx = st.rx_counts;
         Ok(st.conn.as_ref().map_or(Counters::default(), |c| {
             let s = c.stats();
             Counters {
                 crc_errors: s.crc_errors,
                 terminates_sent: s.terminates_sent,
                 terminates_received: s.terminates_received,
+                rx_reads: rx.reads,
+                rx_chained: rx.chained,
+                rx_chain_misses: rx.chain_misses,
             }
         }))
     }
