@@ -530,13 +530,13 @@ fn local_write_access_and_bad_args() {
     });
 }
 
-/// Sends `sizes` as separate writes from a thread while `b` reads with buffers of `read`
-/// bytes; checks every byte and returns the reader's counters.
+/// Sends `sizes` as separate writes from a thread while `b` reads with `readv`s of pieces
+/// of `read` bytes each; checks every byte and returns the reader's counters.
 fn stream_sizes(
     a: &DdpSocket,
     b: &DdpSocket,
     sizes: Vec<usize>,
-    read: usize,
+    read: &[usize],
     seed: u64,
 ) -> ddp_user::Counters {
     let total: usize = sizes.iter().sum();
@@ -553,10 +553,14 @@ fn stream_sizes(
     let mut got = vec![0u8; total];
     let mut at = 0;
     while at < total {
-        let want = read.min(total - at);
-        let n = b
-            .recv(&mut [std::io::IoSliceMut::new(&mut got[at..at + want])], 0)
-            .expect("recv");
+        let mut bufs = Vec::new();
+        let mut rest = &mut got[at..];
+        for &r in read {
+            let (piece, after) = rest.split_at_mut(r.min(rest.len()));
+            bufs.push(std::io::IoSliceMut::new(piece));
+            rest = after;
+        }
+        let n = b.recv(&mut bufs, 0).expect("recv");
         assert!(n > 0, "unexpected EOF after {at} of {total} bytes");
         at += n;
     }
@@ -572,9 +576,12 @@ fn stream_chained_reads() {
     bounded(60, || {
         let o = Options::default();
         let (a, b) = pair(&o, &o);
-        let c = stream_sizes(&a, &b, vec![65536; 768], 1 << 20, 5);
+        let c = stream_sizes(&a, &b, vec![65536; 768], &[1 << 20], 5);
         eprintln!("{c:?}");
         assert!(c.rx_chained > 0, "no read placed several FPDUs: {c:?}");
+        // readv into pieces that cut FPDUs: a payload is chained only into one piece
+        let c = stream_sizes(&a, &b, vec![65536; 768], &[100_000, 300_001, 7, 700_000], 7);
+        eprintln!("{c:?}");
     });
 }
 
@@ -595,7 +602,7 @@ fn stream_chained_reads_wrong_guesses() {
             }
             sizes.push(1 + rng.below(3000) as usize);
         }
-        let c = stream_sizes(&a, &b, sizes, 1 << 20, 6);
+        let c = stream_sizes(&a, &b, sizes, &[1 << 20], 6);
         eprintln!("{c:?}");
         assert!(c.rx_chained > 0 && c.rx_chain_misses > 0, "{c:?}");
     });

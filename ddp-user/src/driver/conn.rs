@@ -403,17 +403,6 @@ fn input_from(
     }
 }
 
-/// The small FPDU that followed a placed one, from its ULPDU_LENGTH: `(wire length,
-/// ULPDU_LENGTH)`, or `(0, 0)` if it is not small ([`SMALL_FOLLOW_MAX`]).
-fn follower(ulen: usize) -> (usize, usize) {
-    let wire = fpdu_len_without_markers(ulen);
-    if wire <= SMALL_FOLLOW_MAX {
-        (wire, ulen)
-    } else {
-        (0, 0)
-    }
-}
-
 /// Small FPDUs a chained read takes between two payloads at most ...
 const GAP_SMALL_MAX: usize = 4;
 /// ... and their octets at most (so that what one gap delivers stays far below
@@ -506,7 +495,8 @@ fn plan_chain(
 ) -> Option<ChainPlan> {
     let (mo, seg, last) = conn.rx_stream_segment()?;
     let (full, msg) = conn.rx_stream_shape();
-    if full < STREAM_DIRECT_MIN || msg == 0 || left == 0 {
+    // (each payload goes to one contiguous piece of the reader's buffers)
+    if full < STREAM_DIRECT_MIN || msg == 0 || left == 0 || mem.stream_run(at) < left {
         return None;
     }
     let end = mo + seg;
@@ -783,8 +773,6 @@ pub(crate) struct ConnState {
     /// 65,456 + 80 at the loopback MULPDU), so the next such placement reads it, and the
     /// next header, in the same `recvmsg`: one read per message instead of two.
     follow: usize,
-    /// The ULPDU_LENGTH of that small FPDU (with `follow`; 0 when none followed).
-    follow_ulen: usize,
     /// How the input was read.
     pub(crate) rx_counts: RxCounts,
     /// When a hold with no application thread inside ends ([`super::LAZY_REARM`] after the
@@ -925,7 +913,6 @@ impl ConnState {
             in_held: false,
             small_run: 0,
             follow: 0,
-            follow_ulen: 0,
             rx_counts: RxCounts::default(),
             inq_floor: 0,
             poll_reader: false,
@@ -1526,7 +1513,8 @@ impl ConnState {
                                     && tail >= at + 2
                                 {
                                     let ulen = u16::from_be_bytes([rx_buf[at], rx_buf[at + 1]]);
-                                    (self.follow, self.follow_ulen) = follower(ulen as usize);
+                                    let wire = fpdu_len_without_markers(ulen as usize);
+                                    self.follow = if wire <= SMALL_FOLLOW_MAX { wire } else { 0 };
                                 }
                                 if tail > 0 {
                                     input_from(
