@@ -246,31 +246,8 @@ fn stream_small_followers_and_wrong_guesses() {
             .take(48)
             .copied()
             .collect();
-        let total: usize = sizes.iter().sum();
-        let data = pattern(total, 77);
-        let d2 = data.clone();
-        let a2 = a.clone();
-        let t = std::thread::spawn(move || {
-            let mut at = 0;
-            for n in sizes {
-                send_all(&a2, &d2[at..at + n]);
-                at += n;
-            }
-        });
-        let mut got = vec![0u8; total];
-        let mut at = 0;
-        let mut round = 0usize;
-        while at < total {
-            let want = [65536, 65536, 1 << 20, 100_000][round % 4].min(total - at);
-            let n = b
-                .recv(&mut [std::io::IoSliceMut::new(&mut got[at..at + want])], 0)
-                .expect("recv");
-            assert!(n > 0, "unexpected EOF after {at} of {total} bytes");
-            at += n;
-            round += 1;
-        }
-        t.join().unwrap();
-        assert!(got == data, "stream content differs");
+        let reads: [&[usize]; 4] = [&[65536], &[65536], &[1 << 20], &[100_000]];
+        stream_sizes(&a, &b, sizes, &reads, 77);
     });
 }
 
@@ -530,13 +507,14 @@ fn local_write_access_and_bad_args() {
     });
 }
 
-/// Sends `sizes` as separate writes from a thread while `b` reads with `readv`s of pieces
-/// of `read` bytes each; checks every byte and returns the reader's counters.
+/// Sends `sizes` as separate writes from a thread while `b` reads with `readv`s, the `k`th
+/// into pieces of `reads[k % reads.len()]` bytes; checks every byte and returns the
+/// reader's counters.
 fn stream_sizes(
     a: &DdpSocket,
     b: &DdpSocket,
     sizes: Vec<usize>,
-    read: &[usize],
+    reads: &[&[usize]],
     seed: u64,
 ) -> ddp_user::Counters {
     let total: usize = sizes.iter().sum();
@@ -552,10 +530,13 @@ fn stream_sizes(
     });
     let mut got = vec![0u8; total];
     let mut at = 0;
-    while at < total {
+    for round in 0.. {
+        if at == total {
+            break;
+        }
         let mut bufs = Vec::new();
         let mut rest = &mut got[at..];
-        for &r in read {
+        for &r in reads[round % reads.len()] {
             let (piece, after) = rest.split_at_mut(r.min(rest.len()));
             bufs.push(std::io::IoSliceMut::new(piece));
             rest = after;
@@ -576,11 +557,17 @@ fn stream_chained_reads() {
     bounded(60, || {
         let o = Options::default();
         let (a, b) = pair(&o, &o);
-        let c = stream_sizes(&a, &b, vec![65536; 768], &[1 << 20], 5);
+        let c = stream_sizes(&a, &b, vec![65536; 384], &[&[1 << 20]], 5);
         eprintln!("{c:?}");
         assert!(c.rx_chained > 0, "no read placed several FPDUs: {c:?}");
         // readv into pieces that cut FPDUs: a payload is chained only into one piece
-        let c = stream_sizes(&a, &b, vec![65536; 768], &[100_000, 300_001, 7, 700_000], 7);
+        let c = stream_sizes(
+            &a,
+            &b,
+            vec![65536; 384],
+            &[&[100_000, 300_001, 7, 700_000]],
+            7,
+        );
         eprintln!("{c:?}");
     });
 }
@@ -602,7 +589,7 @@ fn stream_chained_reads_wrong_guesses() {
             }
             sizes.push(1 + rng.below(3000) as usize);
         }
-        let c = stream_sizes(&a, &b, sizes, &[1 << 20], 6);
+        let c = stream_sizes(&a, &b, sizes, &[&[1 << 20]], 6);
         eprintln!("{c:?}");
         assert!(c.rx_chained > 0 && c.rx_chain_misses > 0, "{c:?}");
     });
