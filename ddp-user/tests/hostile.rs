@@ -358,6 +358,18 @@ fn send_without_recv(role: Role) {
 }
 both_roles!(send_with_no_posted_receive, super::send_without_recv);
 
+/// The LLP CRC Terminate on the wire, and the victim's connection ended by it.
+fn expect_crc_end(h: &mut Hostile, v: &DdpSocket) {
+    h.expect_terminate_code((2, 0, 2));
+    assert_ended(
+        v,
+        Ended {
+            term: Some((1, (2, 0, 2))),
+            so_error: libc::ECONNRESET,
+        },
+    );
+}
+
 /// Stream data (no receive posted) read in 1 MiB buffers, so that reads place several FPDUs
 /// each (chained reads), with a bad CRC on the large FPDU of message `BAD` of 96 equal
 /// 64 KiB messages: every byte before that message arrives, in order, and not one more; the
@@ -442,15 +454,8 @@ fn stream_chain_bad_crc(role: Role) {
     buf.assert_slack_untouched("reader's buffer");
     assert_eq!(c.crc_errors, 1);
     assert!(c.rx_chained >= 8, "reads placed several FPDUs each: {c:?}");
-    h.expect_terminate_code((2, 0, 2));
+    expect_crc_end(&mut h, &v);
     writer.join().unwrap();
-    assert_ended(
-        &v,
-        Ended {
-            term: Some((1, (2, 0, 2))),
-            so_error: libc::ECONNRESET,
-        },
-    );
     drop(v);
     bench.finish();
 }
@@ -734,14 +739,7 @@ fn garbage_after_frame(role: Role) {
     };
     let v = t.join().unwrap().expect("the MPA frame itself was valid");
     // "ga" = ULPDU length 0x6761; its CRC cannot match
-    h.expect_terminate_code((2, 0, 2));
-    assert_ended(
-        &v,
-        Ended {
-            term: Some((1, (2, 0, 2))),
-            so_error: libc::ECONNRESET,
-        },
-    );
+    expect_crc_end(&mut h, &v);
     drop(v);
     bench.finish();
 }
