@@ -564,6 +564,10 @@ fn plan_chain(
         let ulen = p + UNTAGGED_HEADER_LEN;
         trail = fpdu_len_without_markers(ulen) - 2 - ulen;
     }
+    // (no `FIONREAD` when the reader's buffer has room for one payload only)
+    if c.n < 2 {
+        return None;
+    }
     kernel_has(floor, fd, need[c.n - 1]);
     while c.n >= 2 && need[c.n - 1] > *floor {
         c.n -= 1;
@@ -687,7 +691,8 @@ fn feed(
     }
 }
 
-/// How a socket's input was read (for tests and the stats surface).
+/// How a socket's input was read ([`super::socket::DdpSocket::counters`]; not in the
+/// exsock-stat surface).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RxCounts {
     /// Reads of the TCP socket.
