@@ -10,7 +10,8 @@
 //! same listener accepts a new connection that works; (4) every buffer the engine may touch
 //! is guarded (PROT_NONE pages on both sides, a fault kills the test) and checksummed outside
 //! what valid operations may write; (5) bounded time (`common::bounded`, a 400 ms MPA
-//! timeout, 10 s read bounds in the hostile peer).
+//! timeout, both scaled by `EXSOCK_TEST_TIME_SCALE` under valgrind; 10 s read bounds in the
+//! hostile peer).
 //!
 //! The table of cases and results is in `docs/reliability.md`.
 
@@ -904,7 +905,8 @@ fn mpa_slow_peer(role: Role) {
     victim_fails(t, libc::ETIMEDOUT);
     let took = started.elapsed();
     assert!(
-        took >= bench.opts.mpa_timeout && took < bench.opts.mpa_timeout + Duration::from_secs(2),
+        took >= bench.opts.mpa_timeout
+            && took < bench.opts.mpa_timeout + Duration::from_secs(2 * common::time_scale()),
         "ended after {took:?}"
     );
     let (back, _) = h.read_to_close();
@@ -920,7 +922,7 @@ both_roles!(mpa_never_completed, super::mpa_slow_peer);
 fn mpa_slow_peer_does_not_block_the_listener() {
     bounded(60, || {
         let mut opts = victim_options();
-        opts.mpa_timeout = Duration::from_millis(1500);
+        opts.mpa_timeout = Duration::from_millis(1500 * common::time_scale());
         let bench = Bench::new(Role::Listener, opts);
         let (mut h, t) = bench.start_with(true);
         h.send_raw(&Hostile::request_for(fair_config())[..10]);
@@ -930,8 +932,9 @@ fn mpa_slow_peer_does_not_block_the_listener() {
             .expect("non-blocking accept returns at once");
         assert_eq!(slow.info().unwrap().state, 1, "still connecting");
         let started = Instant::now();
+        let timeout = bench.opts.mpa_timeout;
         bench.finish(); // a new accept on the same listener works meanwhile
-        assert!(started.elapsed() < Duration::from_millis(1500));
+        assert!(started.elapsed() < timeout);
         let mut p = libc::pollfd {
             fd: slow.app_fd(),
             events: libc::POLLIN,
@@ -939,7 +942,7 @@ fn mpa_slow_peer_does_not_block_the_listener() {
         };
         // SAFETY: one valid pollfd.
         assert_eq!(
-            unsafe { libc::poll(&mut p, 1, 5000) },
+            unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32 + 5000) },
             1,
             "EOF after the timeout"
         );

@@ -35,7 +35,9 @@ pub enum Role {
 /// 16) with a short MPA timeout, so every MPA-phase case ends quickly.
 pub fn victim_options() -> Options {
     Options {
-        mpa_timeout: Duration::from_millis(400),
+        // (scaled like every other time bound: under valgrind a healthy exchange can take
+        // longer than 400 ms while other cases load the machine)
+        mpa_timeout: Duration::from_millis(400 * crate::common::time_scale()),
         ..Options::default()
     }
 }
