@@ -1694,17 +1694,7 @@ impl Connection {
     /// it cannot tell. A driver may then leave those octets in the kernel for the reader's
     /// own receive (where they go straight into its buffer) once that many are waiting.
     pub fn next_stream_fpdu_len(&self, peek: &[u8]) -> Option<usize> {
-        let at_boundary = self.state == State::Open
-            && matches!(self.rx, RxSeg::Idle)
-            && self.deframer.is_idle()
-            && !self.deframer.config().markers
-            && self.stream_buf.is_empty()
-            && self.stream_placed == 0;
-        let stream_sink = match self.send_rx.current() {
-            Some(s) => matches!(s, SendSink::Stream),
-            None => self.send_rx.posted_len() == 0 && self.send_rx.mode() == RecvMode::Stream,
-        };
-        if !at_boundary || !stream_sink || peek.len() < 2 + UNTAGGED_HEADER_LEN {
+        if !self.at_stream_boundary() || peek.len() < 2 + UNTAGGED_HEADER_LEN {
             return None;
         }
         let ulpdu_len = usize::from(u16::from_be_bytes([peek[0], peek[1]]));
@@ -1722,6 +1712,23 @@ impl Connection {
             && qn == 0
             && plausible)
             .then(|| fpdu_len_without_markers(ulpdu_len))
+    }
+
+    /// Whether the receive side is between FPDUs (no markers) and the next Send on QN 0
+    /// would be data for the reader's stream: [`Connection::next_stream_fpdu_len`] can then
+    /// tell the next FPDU from its first octets.
+    pub fn at_stream_boundary(&self) -> bool {
+        let at_boundary = self.state == State::Open
+            && matches!(self.rx, RxSeg::Idle)
+            && self.deframer.is_idle()
+            && !self.deframer.config().markers
+            && self.stream_buf.is_empty()
+            && self.stream_placed == 0;
+        let stream_sink = match self.send_rx.current() {
+            Some(s) => matches!(s, SendSink::Stream),
+            None => self.send_rx.posted_len() == 0 && self.send_rx.mode() == RecvMode::Stream,
+        };
+        at_boundary && stream_sink
     }
 
     /// Octets of the stream up to the end of the FPDU whose payload is being received (no

@@ -465,6 +465,67 @@ both_roles!(
     super::stream_chain_bad_crc
 );
 
+/// A poll round on a large stream reads the next FPDU's header before it knows what the FPDU
+/// is (so that a reader's `recv` starts at the payload): when it is not stream data but an
+/// RDMA Write to an STag no region has, those octets still go to the connection, and the
+/// Terminate says invalid STag (not a framing error of an FPDU missing its start).
+fn poll_round_non_stream_header(role: Role) {
+    const MSG: usize = 65536;
+    const SPLIT: usize = 65456;
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    // Two large stream messages, read: the socket counts as a large stream now.
+    let data = pattern(2 * MSG, 7);
+    let mut wire = Vec::new();
+    for body in data.chunks(MSG) {
+        let msn = h.send_msn;
+        h.send_msn += 1;
+        let first = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, false));
+        wire.extend_from_slice(&h.frame(&[&first, &body[..SPLIT]]));
+        let mo = SPLIT as u32;
+        let second = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo }, true));
+        wire.extend_from_slice(&h.frame(&[&second, &body[SPLIT..]]));
+    }
+    h.s.write_all(&wire).unwrap();
+    let mut got = vec![0u8; data.len()];
+    let mut n = 0;
+    for _ in 0..10_000 {
+        if n == got.len() {
+            break;
+        }
+        n += v.recv(&mut [IoSliceMut::new(&mut got[n..])], 0).unwrap();
+    }
+    assert!(got == data, "stream content differs");
+    // Then a tagged FPDU, seen first by a poll round.
+    let stag = STag::from_parts(0x00ab_cd00, 0x5a);
+    h.write(stag, 0x1000, &[7; 64]);
+    let pw = v.poll_wait().expect("open connection: a poll wait");
+    let mut p = libc::pollfd {
+        fd: pw.tcp_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = 5000 * common::time_scale() as i32;
+    // SAFETY: one pollfd on the stack.
+    assert_eq!(unsafe { libc::poll(&mut p, 1, ms) }, 1, "the FPDU arrives");
+    assert!(!pw.service(), "not stream data: nothing held for a reader");
+    drop(pw);
+    h.expect_terminate_code((1, 1, 0));
+    assert_ended(
+        &v,
+        Ended {
+            term: Some((1, (1, 1, 0))),
+            so_error: libc::ECONNRESET,
+        },
+    );
+    drop(v);
+    bench.finish();
+}
+both_roles!(
+    poll_round_reads_a_non_stream_header,
+    super::poll_round_non_stream_header
+);
+
 // ---- RDMA Read Request (source checks are RDMAP remote protection errors)
 
 fn rr_bad_source_stag(role: Role) {

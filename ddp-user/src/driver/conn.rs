@@ -2081,13 +2081,13 @@ impl ConnState {
         }
     }
 
-    /// Whether TCP input should be read now.
     /// Whether stream data for the reader waits in the TCP socket, a whole FPDU's worth at
     /// least (the reader's `recv` can then place it straight into its buffer), with nothing
-    /// of the stream in the engine before it. Costs a `FIONREAD` (and a peek at the next
-    /// header between FPDUs).
+    /// of the stream in the engine before it. Costs a `FIONREAD`, and between FPDUs a read
+    /// of the next header: the reader's `recv` then starts at the payload (a peek would
+    /// leave it one more read).
     pub(crate) fn stream_waiting(&mut self, sh: &Shared) -> bool {
-        let Some(conn) = self.conn.as_ref() else {
+        let Some(conn) = self.conn.as_mut() else {
             return false;
         };
         if !self.large_stream
@@ -2102,16 +2102,42 @@ impl ConnState {
         let need = match conn.stream_fpdu_left() {
             Some(n) => n,
             None => {
-                let mut peek = [0u8; NEXT_HEADER];
-                if !kernel_has(&mut self.inq_floor, sh.tcp_fd, peek.len()) {
+                if !conn.at_stream_boundary()
+                    || !kernel_has(&mut self.inq_floor, sh.tcp_fd, NEXT_HEADER)
+                {
                     return false;
                 }
-                match sys::recv(sh.tcp_fd, &mut peek, libc::MSG_PEEK | libc::MSG_DONTWAIT) {
-                    Ok(n) => match conn.next_stream_fpdu_len(&peek[..n]) {
-                        Some(len) => len,
-                        None => return false,
-                    },
-                    Err(_) => return false,
+                let mut head = [0u8; NEXT_HEADER];
+                let n = match sys::recv(sh.tcp_fd, &mut head, libc::MSG_DONTWAIT) {
+                    Ok(n) => n,
+                    Err(Errno::EAGAIN) => return false,
+                    Err(e) => {
+                        // (as `pump_input` would have seen it: the error is reported once)
+                        self.rx_eof = true;
+                        if self.so_error == 0 {
+                            self.so_error = e.0;
+                        }
+                        conn.handle_eof();
+                        return false;
+                    }
+                };
+                if n == 0 {
+                    return false; // (EOF: `pump_input` reads it again)
+                }
+                self.inq_floor = self.inq_floor.saturating_sub(n);
+                let whole = conn.next_stream_fpdu_len(&head[..n]);
+                // The octets are input now, whatever they start: the connection takes them
+                // (a header alone delivers no stream data; anything it does deliver, or an
+                // event of a tiny FPDU, is handled as after any read).
+                let mut mem = SessionMem::new(&sh.engine.registry, None);
+                mem.overflow = self.backlog.take_spare();
+                let _ = conn.handle_input(&head[..n], &mut mem, sh.engine.now());
+                self.backlog.push(core::mem::take(&mut mem.overflow));
+                self.bytes_rx += mem.stream_bytes;
+                self.rx_counts.reads += 1;
+                match (whole, conn.stream_fpdu_left()) {
+                    (Some(_), Some(left)) => left,
+                    _ => return false,
                 }
             }
         };
