@@ -403,6 +403,15 @@ fn input_from(
     }
 }
 
+/// A read of the TCP socket failed: the input ends there, with the error for `SO_ERROR`.
+fn input_failed(rx_eof: &mut bool, so_error: &mut i32, conn: &mut Connection, e: Errno) {
+    *rx_eof = true;
+    if *so_error == 0 {
+        *so_error = e.0;
+    }
+    conn.handle_eof();
+}
+
 /// Small FPDUs a chained read takes between two payloads at most ...
 const GAP_SMALL_MAX: usize = 4;
 /// ... and their octets at most (so that what one gap delivers stays far below
@@ -1625,13 +1634,7 @@ impl ConnState {
                     }
                 }
                 Err(Errno::EAGAIN) => break,
-                Err(e) => {
-                    self.rx_eof = true;
-                    if self.so_error == 0 {
-                        self.so_error = e.0;
-                    }
-                    conn.handle_eof();
-                }
+                Err(e) => input_failed(&mut self.rx_eof, &mut self.so_error, conn, e),
             }
             if matches!(conn.state(), State::Error | State::Closed) {
                 // Input is ignored now; the Terminate still has to go out.
@@ -2112,12 +2115,8 @@ impl ConnState {
                     Ok(n) => n,
                     Err(Errno::EAGAIN) => return false,
                     Err(e) => {
-                        // (as `pump_input` would have seen it: the error is reported once)
-                        self.rx_eof = true;
-                        if self.so_error == 0 {
-                            self.so_error = e.0;
-                        }
-                        conn.handle_eof();
+                        // (reported once: handled here as `pump_input` would have)
+                        input_failed(&mut self.rx_eof, &mut self.so_error, conn, e);
                         return false;
                     }
                 };
