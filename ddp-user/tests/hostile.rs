@@ -496,10 +496,12 @@ fn poll_round_non_stream_header(role: Role) {
         n += v.recv(&mut [IoSliceMut::new(&mut got[n..])], 0).unwrap();
     }
     assert!(got == data, "stream content differs");
-    // Then a tagged FPDU, seen first by a poll round.
+    // Then a tagged FPDU, seen first by a poll round: the wait takes the input from the
+    // progress thread before the FPDU is sent (taken after, it raced the progress thread,
+    // which could read the FPDU and end the connection first).
+    let pw = v.poll_wait().expect("open connection: a poll wait");
     let stag = STag::from_parts(0x00ab_cd00, 0x5a);
     h.write(stag, 0x1000, &[7; 64]);
-    let pw = v.poll_wait().expect("open connection: a poll wait");
     let mut p = libc::pollfd {
         fd: pw.tcp_fd(),
         events: libc::POLLIN,
