@@ -416,6 +416,10 @@ fn stream_chain_bad_crc(role: Role) {
     }
     // (made first: the reader is waiting in `recv` when the first bytes come)
     let buf = guard::Guarded::new(MSGS * MSG, 3);
+    // The input is this thread's from now on (a poll wait keeps it from the progress thread,
+    // whose reads would take the FPDUs one at a time into its backlog if the writer got ahead
+    // of the reader's first `recv`: 6 of 60 runs under load did).
+    let pw = v.poll_wait().expect("open connection: a poll wait");
     let mut w = h.s.try_clone().unwrap();
     // (the victim ends the connection partway through: the write may fail)
     let writer = std::thread::spawn(move || {
@@ -440,6 +444,7 @@ fn stream_chain_bad_crc(role: Role) {
             }
         }
     }
+    drop(pw);
     let c = v.counters().unwrap();
     eprintln!("stream_chain_bad_crc: {c:?}");
     assert_eq!(end, Some(0), "EOF after the last good byte");
