@@ -844,11 +844,20 @@ impl Shared {
             return;
         }
         let read_input = if kind == KIND_TCP {
-            st.tcp_armed = 0;
+            // (an epoll group's shadow reports input level-triggered: that interest is not
+            // used up, and `rearm` must see it to take it back when the input is no longer
+            // wanted, a full backlog say; else the shadow reports the socket on and on)
+            let level = st.group.is_some() && st.tcp_armed == libc::EPOLLIN as u32;
+            if !level {
+                st.tcp_armed = 0;
+            }
             // An application thread is working on this socket: it reads the input (and
             // re-arms when it leaves). Threads only waiting in poll/epoll_wait do not write a
             // tail left by another thread: that is done here.
             if st.inline > 0 {
+                if level {
+                    self.disarm_tcp(&mut st);
+                }
                 if st.inline == st.pollers && st.has_tail() {
                     self.progress(&mut st, None, false);
                 }
