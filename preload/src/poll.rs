@@ -212,11 +212,10 @@ unsafe fn poll_inline(
 ) -> Result<c_int, Errno> {
     let mut waits: [Option<(usize, ddp_user::PollWait)>; MAX_INLINE] = Default::default();
     let mut k = 0;
-    let mut stack = [pollfd {
-        fd: -1,
-        events: 0,
-        revents: 0,
-    }; STACK_FDS];
+    // The caller's entries (copied in below) and one per wait: only the first `n + k` entries
+    // are ever written or read, so the array is not filled first (64 entries on every call).
+    let mut stack_mem = core::mem::MaybeUninit::<[pollfd; STACK_FDS]>::uninit();
+    let mut stack: &[pollfd] = &[];
     let mut looked = false;
     // Fds whose socket holds stream data for its next read (`poll_held`): readable now.
     let mut held_now = [0usize; MAX_INLINE];
@@ -262,8 +261,13 @@ unsafe fn poll_inline(
         // SAFETY: on the live part of the main thread's stack, or the kernel has just read the
         // array and written its revents: `n` readable entries (a concurrent munmap of a poll
         // array by another thread is the caller's bug).
-        stack[..n as usize]
-            .copy_from_slice(unsafe { core::slice::from_raw_parts(fds, n as usize) });
+        // SAFETY: (the array, as above) `n` entries copied into our own array, which has room
+        // for them and `MAX_INLINE` more; the slice covers only what was just written.
+        stack = unsafe {
+            let at = stack_mem.as_mut_ptr().cast::<pollfd>();
+            core::ptr::copy_nonoverlapping(fds, at, n as usize);
+            core::slice::from_raw_parts(at, n as usize)
+        };
         for (i, &p) in stack[..n as usize].iter().enumerate() {
             if p.fd < 0 || p.events & libc::POLLIN == 0 {
                 continue;
@@ -323,7 +327,19 @@ unsafe fn poll_inline(
         return cvt(call(fds, n, timeout));
     }
     let n = n as usize;
-    let ext = &mut stack[..n + k];
+    // SAFETY: our own array, with room for `n + k` entries (`n + MAX_INLINE <= STACK_FDS`);
+    // the first `n` were written above and the `k` after them are written here.
+    let ext = unsafe {
+        let at = stack_mem.as_mut_ptr().cast::<pollfd>();
+        for j in 0..k {
+            at.add(n + j).write(pollfd {
+                fd: -1,
+                events: 0,
+                revents: 0,
+            });
+        }
+        core::slice::from_raw_parts_mut(at, n + k)
+    };
     let deadline = timeout.map(|t| std::time::Instant::now() + t);
     let mut first = true;
     loop {

@@ -216,7 +216,15 @@ os.makedirs(a.out, exist_ok=True)
 cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 virt = subprocess.run(["systemd-detect-virt"], capture_output=True, text=True).stdout.strip() if \
     subprocess.run(["sh", "-c", "command -v systemd-detect-virt"], capture_output=True).returncode == 0 else "?"
-machine = f"{ncpu} vCPU {cpu_model}, Linux {platform.release()}, virt: {virt or 'none'}"
+def sysctl(name):
+    try:
+        return open("/proc/sys/" + name.replace(".", "/")).read().split()[0]
+    except OSError:
+        return "?"
+# TCP's congestion control changes loopback results several-fold (BBR paces even on loopback:
+# docs/performance.md, session 24), so it is part of the machine's description.
+machine = (f"{ncpu} vCPU {cpu_model}, Linux {platform.release()}, virt: {virt or 'none'}, "
+           f"TCP congestion control {sysctl('net.ipv4.tcp_congestion_control')}")
 note = (f"{machine}; load average {load0[0]:.1f} at start, {load1[0]:.1f} at end (machine shared with "
         f"other work); {runs} alternating runs, medians; pinning: {'ping-pong on CPU 0, bandwidth client/server CPUs ' + '/'.join(BW_CPUS) if pin else 'none'}; DDP CRC on")
 fmt = lambda v, d=2: "—" if v is None else f"{v:.{d}f}"
@@ -320,7 +328,7 @@ try:
                 plt.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=lab)
         plt.xscale("log", base=2); plt.yscale("log")
         plt.xlabel("message size (bytes)"); plt.ylabel(ylabel); plt.title(title); plt.grid(True, which="both", alpha=0.3)
-        plt.legend(); plt.figtext(0.01, 0.01, machine[:110], fontsize=6); plt.tight_layout()
+        plt.legend(); plt.figtext(0.01, 0.01, machine[:160], fontsize=6); plt.tight_layout()
         plt.savefig(os.path.join(a.out, fname), dpi=120); plt.close(); pngs.append(fname)
 except ImportError:
     lines.append("(no plots: python3-matplotlib not installed)")
