@@ -258,17 +258,17 @@ unsafe fn poll_inline(
             }
             looked = true;
         }
-        // SAFETY: on the live part of the main thread's stack, or the kernel has just read the
-        // array and written its revents: `n` readable entries (a concurrent munmap of a poll
-        // array by another thread is the caller's bug).
-        // SAFETY: (the array, as above) `n` entries copied into our own array, which has room
-        // for them and `MAX_INLINE` more; the slice covers only what was just written.
+        // SAFETY: the caller's array is on the live part of the main thread's stack, or the
+        // kernel has just read it and written its revents: `n` readable entries (a concurrent
+        // munmap of a poll array by another thread is the caller's bug). They are copied into
+        // our own array, which has room for them and `MAX_INLINE` more; the slice covers only
+        // what was just written.
         stack = unsafe {
             let at = stack_mem.as_mut_ptr().cast::<pollfd>();
             core::ptr::copy_nonoverlapping(fds, at, n as usize);
             core::slice::from_raw_parts(at, n as usize)
         };
-        for (i, &p) in stack[..n as usize].iter().enumerate() {
+        for (i, &p) in stack.iter().enumerate() {
             if p.fd < 0 || p.events & libc::POLLIN == 0 {
                 continue;
             }
