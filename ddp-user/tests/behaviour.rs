@@ -702,3 +702,86 @@ fn dereg_while_writes_arrive() {
         drop(a);
     });
 }
+
+/// An `IPPROTO_TCP` int option of `fd`.
+fn tcp_opt(fd: i32, name: i32) -> i32 {
+    let mut v: i32 = -1;
+    let mut len = 4 as libc::socklen_t;
+    // SAFETY: an int option into an int.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            name,
+            &mut v as *mut i32 as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0, "getsockopt");
+    v
+}
+
+/// Bytes written to `fd` that TCP has not sent yet (`SIOCOUTQNSD`).
+fn unsent(fd: i32) -> usize {
+    const SIOCOUTQNSD: libc::c_ulong = 0x894B;
+    let mut n: libc::c_int = 0;
+    // SAFETY: the ioctl writes one int.
+    let r = unsafe { libc::ioctl(fd, SIOCOUTQNSD, &mut n) };
+    assert_eq!(r, 0, "SIOCOUTQNSD");
+    n as usize
+}
+
+/// A socket that carries only the byte stream keeps little framed data unsent in the kernel
+/// (`TCP_NOTSENT_LOWAT`), however far its writer runs ahead of the reader; every byte still
+/// arrives. A posted work request (but a small Send) gives the TCP socket the system's
+/// setting back.
+#[test]
+fn stream_writer_keeps_little_unsent_until_a_work_request() {
+    bounded(120, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        send_all(&a, b"hello");
+        assert_eq!(recv_exact(&b, 5), b"hello");
+        let tcp = a.tcp_fd();
+        assert_eq!(tcp_opt(tcp, libc::TCP_NOTSENT_LOWAT), 64 << 10);
+        // The reader stays away until the writer waits with the windows full.
+        const LEN: usize = 24 << 20;
+        let data = pattern(LEN, 0x10a7);
+        let sent = data.clone();
+        let writer = std::thread::spawn(move || {
+            for c in sent.chunks(64 << 10) {
+                send_all(&a, c);
+            }
+            a
+        });
+        let (mut most, mut seen) = (0, 0);
+        for _ in 0..400 * time_scale() {
+            let n = unsent(tcp);
+            most = most.max(n);
+            seen += usize::from(n > 0);
+            if seen >= 20 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5)); // (sampling interval, bounded)
+        }
+        assert!(seen >= 20, "the writer never got ahead of the reader");
+        // (one write may add a whole FPDU past the mark)
+        assert!(most <= (64 << 10) + 2 * 65_600, "{most} bytes unsent");
+        let got = recv_exact(&b, LEN);
+        assert!(got == data, "stream content differs");
+        let a = writer.join().unwrap();
+        // (a small Send would not end it: only large writes are cut by the mark)
+        let msg = pattern(32 << 10, 0x5e4d);
+        let mut buf = vec![0u8; msg.len()];
+        // SAFETY: `buf` outlives the receive's completion (waited for below).
+        unsafe { b.post_recv(7, &[iov(&buf)]) }.expect("post_recv");
+        // SAFETY: the payload outlives the Send (waited for below).
+        unsafe { a.post_send(8, &[iov(&msg)], SIGNALED) }.expect("post_send");
+        assert_eq!(tcp_opt(tcp, libc::TCP_NOTSENT_LOWAT), 0);
+        assert_eq!(wait_one(&a).status, status::SUCCESS);
+        let wc = wait_one(&b);
+        assert_eq!((wc.wr_id, wc.status), (7, status::SUCCESS));
+        assert_eq!(wc.byte_len as usize, msg.len());
+        assert!(buf == msg, "Send content differs");
+    });
+}

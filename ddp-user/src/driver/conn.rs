@@ -57,6 +57,16 @@ use super::Shared;
 /// Stream data accepted for sending but not yet written, per socket, before a blocking
 /// `send` waits (and a non-blocking one says `EAGAIN`).
 pub(crate) const TX_STREAM_LIMIT: usize = 4 << 20;
+/// `TCP_NOTSENT_LOWAT` of a socket's TCP connection while it carries only the byte stream of
+/// plain `send`/`recv` ([`ConnState::lowat`]): at most this much framed data waits unsent in
+/// the kernel before a writer waits for room. Without it a writer that outruns its reader
+/// fills the send buffer (megabytes per socket), and on loopback with BBR the data then goes
+/// out from the reader's CPU (its window updates and the pacing timers) and is read back
+/// long after it was written: session 25 measured stream 64 KiB at 1,431–1,759 MB/s without
+/// it and 2,501–3,891 with it (docs/performance.md). A posted work request (RDMA Writes in
+/// particular, whose large writes it would cut into many; not a small Send, which takes its
+/// own short path) and a Read Response owed end it.
+pub(crate) const STREAM_NOTSENT_LOWAT: c_int = 64 * 1024;
 /// Bytes of the back-pressure token ([`ConnState::press`]): with the socketpair's send
 /// buffer at the minimum (4,608 bytes), 512 are enough to make the app end unwritable.
 const TOKEN_LEN: usize = 1024;
@@ -742,6 +752,9 @@ pub(crate) struct ConnState {
     pending_in: Vec<u8>,
     /// No receive was ever posted: Sends without one are the plain byte stream.
     pub(crate) stream_mode: bool,
+    /// The TCP socket has [`STREAM_NOTSENT_LOWAT`] (set when the connection opens; taken
+    /// back, once, by [`ConnState::end_lowat`]).
+    lowat: bool,
     /// An RDMA Write was placed since the last stream data: prefer small reads.
     tagged_seen: bool,
     /// The last FPDU whose payload could have been placed directly was small ([`DIRECT_MIN`]):
@@ -913,6 +926,7 @@ impl ConnState {
             spare_tx: Transmit::default(),
             pending_in: Vec::new(),
             stream_mode: true,
+            lowat: false,
             tagged_seen: false,
             small_rx: false,
             backlog: Backlog::default(),
@@ -1033,10 +1047,31 @@ impl ConnState {
         self.conn = Some(conn);
         self.neg = Some(neg);
         self.phase = Phase::Open;
+        self.lowat = sys::setsockopt(
+            sh.tcp_fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            STREAM_NOTSENT_LOWAT,
+        )
+        .is_ok();
         self.pending_in = leftover;
         let pre = core::mem::take(&mut self.pre_open_tx);
         if !pre.is_empty() {
             let _ = self.post_stream(pre);
+        }
+    }
+
+    /// The socket carries more than the plain byte stream (a work request was posted, or a
+    /// Read Response is owed): its TCP connection gets the system's `TCP_NOTSENT_LOWAT` back
+    /// (0 selects it), so that large writes go out whole.
+    pub(crate) fn end_lowat(&mut self, sh: &Shared) {
+        if core::mem::take(&mut self.lowat) {
+            let _ = sys::setsockopt(
+                sh.tcp_fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_NOTSENT_LOWAT,
+                0 as c_int,
+            );
         }
     }
 
@@ -1658,6 +1693,9 @@ impl ConnState {
     ) -> Result<bool, Errno> {
         if self.bytes_tx >= self.mss_check_at {
             self.recheck_mss(sh);
+        }
+        if self.lowat && self.conn.as_ref().is_some_and(|c| c.reads_owed() > 0) {
+            self.end_lowat(sh);
         }
         let Some(conn) = self.conn.as_mut() else {
             return Ok(true);

@@ -1011,6 +1011,7 @@ impl DdpSocket {
             Phase::Failed => return Err(ended_errno(&st)),
             Phase::Open => {}
         }
+        st.end_lowat(sh);
         let conn = st.conn.as_mut().expect("open");
         if let Err(e) = f(conn) {
             return Err(post_errno(&st, e));
@@ -1058,6 +1059,7 @@ impl DdpSocket {
             Phase::Failed => return Err(ended_errno(&st)),
             Phase::Open => {}
         }
+        st.end_lowat(sh);
         let conn = st.conn.as_mut().expect("open");
         if let Err(e) = conn.post_recv(wr_id, &sges) {
             return Err(post_errno(&st, e));
