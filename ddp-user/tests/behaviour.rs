@@ -772,7 +772,7 @@ fn stream_writer_keeps_little_unsent_until_a_work_request() {
         let a = writer.join().unwrap();
         // (a small Send would not end it: only large writes are cut by the mark)
         let msg = pattern(32 << 10, 0x5e4d);
-        let mut buf = vec![0u8; msg.len()];
+        let buf = vec![0u8; msg.len()];
         // SAFETY: `buf` outlives the receive's completion (waited for below).
         unsafe { b.post_recv(7, &[iov(&buf)]) }.expect("post_recv");
         // SAFETY: the payload outlives the Send (waited for below).
