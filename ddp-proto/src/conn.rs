@@ -123,6 +123,9 @@ pub struct ConnConfig {
     pub pd: u32,
     /// How many wire bytes one [`Transmit`] may batch (at least one FPDU is always included).
     pub max_transmit: usize,
+    /// The same bound while a Read Response is being framed (a driver may want Read
+    /// Responses, which no local work request waits for, in larger pieces than posted work).
+    pub max_transmit_read_response: usize,
 }
 
 impl ConnConfig {
@@ -134,6 +137,7 @@ impl ConnConfig {
             recv_mode,
             pd,
             max_transmit: 256 * 1024,
+            max_transmit_read_response: 256 * 1024,
         }
     }
 }
@@ -1891,7 +1895,8 @@ impl Connection {
     /// As [`Connection::poll_transmit`], into `t` (cleared first, its allocations reused: a
     /// driver that recycles one `Transmit` allocates nothing per message). Returns whether
     /// `t` holds anything to write. Every FPDU that is ready goes into one `Transmit`, up to
-    /// [`ConnConfig::max_transmit`] bytes (several FPDUs per `writev`).
+    /// [`ConnConfig::max_transmit`] bytes (several FPDUs per `writev`;
+    /// [`ConnConfig::max_transmit_read_response`] while a Read Response is framed).
     pub fn poll_transmit_into<M: Memory + ?Sized>(&mut self, mem: &M, t: &mut Transmit) -> bool {
         t.scratch.clear();
         t.pieces.clear();
@@ -1899,7 +1904,12 @@ impl Connection {
         // Bytes framed into `t` so far (every piece advances `tx_pos`).
         let start = self.tx_pos;
         loop {
-            if t.fpdus > 0 && (self.tx_pos - start) as usize >= self.cfg.max_transmit {
+            let limit = if matches!(self.active, Some(TxActive::ReadResponse { .. })) {
+                self.cfg.max_transmit_read_response
+            } else {
+                self.cfg.max_transmit
+            };
+            if t.fpdus > 0 && (self.tx_pos - start) as usize >= limit {
                 break;
             }
             if let Some(term) = self.terminate.take() {

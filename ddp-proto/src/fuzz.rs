@@ -1732,6 +1732,7 @@ pub fn connection_ops(data: &[u8]) {
     };
     let cfg = |stream: bool| ConnConfig {
         max_transmit,
+        max_transmit_read_response: max_transmit * 4,
         ..ConnConfig::new(
             mulpdu,
             if stream {

@@ -122,6 +122,8 @@ pub struct Side {
     pub inbox: Vec<u8>,
     /// Everything this side sent, in order (as it left, before faults).
     pub sent: Vec<u8>,
+    /// The length of each `Transmit` this side framed, in order.
+    pub transmits: Vec<usize>,
     pub errors: Vec<ddp_proto::error::ProtoError>,
 }
 
@@ -197,6 +199,7 @@ fn side(role: Role, o: &Opts, ird: u16, ord: u16, mode: RecvMode) -> Side {
         events: Vec::new(),
         inbox: Vec::new(),
         sent: Vec::new(),
+        transmits: Vec::new(),
         errors: Vec::new(),
     }
 }
@@ -348,6 +351,7 @@ fn transmit(s: &mut Side, to: &mut Vec<u8>) -> bool {
         let bytes = t.gather(&s.mem);
         assert_eq!(bytes.len(), t.len());
         s.sent.extend_from_slice(&bytes);
+        s.transmits.push(bytes.len());
         to.extend_from_slice(&bytes);
         s.conn.on_written(bytes.len() as u64);
         moved = true;

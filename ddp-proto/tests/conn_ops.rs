@@ -484,6 +484,69 @@ fn write(o: Opts, size: usize) {
     );
 }
 
+/// Posted work is framed in `Transmit`s of about `max_transmit` octets, a Read Response in
+/// pieces of `max_transmit_read_response` (the harness: 64 KiB and the 256 KiB default):
+/// ddp-user sends Writes in small pieces and Read Responses whole (docs/performance.md,
+/// "Session 26").
+#[test]
+fn read_responses_and_posted_work_have_their_own_transmit_bounds() {
+    const SIZE: usize = 200_000;
+    const MULPDU: usize = 9000;
+    let mut p = Pair::new(Opts {
+        mulpdu: MULPDU,
+        mem_size: 3 * SIZE + 16384,
+        ..Opts::default()
+    });
+    let (dst, src, sink) = (
+        BASE + 4096,
+        BASE + 4096 + SIZE as u64,
+        BASE + 4096 + 2 * SIZE as u64,
+    );
+    let stag = p.b.mem.register(
+        dst,
+        SIZE as u64,
+        Access::REMOTE_WRITE | Access::REMOTE_READ,
+        1,
+    );
+    p.a.conn
+        .post_write(1, &[Sge::new(src, SIZE as u32)], stag, dst, true)
+        .unwrap();
+    p.drive();
+    assert_eq!(p.b.mem.bytes(dst, SIZE), p.a.mem.bytes(src, SIZE));
+    let w = core::mem::take(&mut p.a.transmits);
+    assert!(w.len() >= 3, "a 200 KB Write in {w:?}");
+    assert!(
+        w.iter().all(|&n| n < 64 * 1024 + MULPDU),
+        "each Transmit of the Write stops once it holds 64 KiB: {w:?}"
+    );
+    // a reads it back: b's Read Response goes out in one Transmit
+    let before = p.a.mem.bytes(sink, SIZE).to_vec();
+    assert_ne!(before, p.a.mem.bytes(src, SIZE));
+    p.a.conn
+        .post_read(
+            2,
+            &[Sge::new(sink, SIZE as u32)],
+            stag,
+            dst,
+            SIZE as u32,
+            true,
+        )
+        .unwrap();
+    p.b.transmits.clear();
+    p.drive();
+    assert_eq!(p.a.mem.bytes(sink, SIZE), p.a.mem.bytes(src, SIZE));
+    assert!(
+        p.b.transmits.iter().any(|&n| n > SIZE),
+        "the whole Read Response in one Transmit: {:?}",
+        p.b.transmits
+    );
+    let c = p.a.completions();
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+}
+
 #[test]
 fn rdma_write_all_sizes() {
     for &size in &SIZES {

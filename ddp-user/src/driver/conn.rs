@@ -110,12 +110,20 @@ pub(crate) fn rx_backlog_limit(sockets: usize) -> usize {
     (RX_BACKLOG_BUDGET / sockets.max(1)).clamp(RX_BACKLOG_MIN, RX_BACKLOG_MAX)
 }
 
-/// Wire bytes one `Transmit` may frame (the proto default is 256 KiB). One 1 MiB RDMA Write
-/// then goes out as one `Transmit` (its FPDUs' CRCs computed just before their `sendmsg`):
-/// alternating `xs-bw -m write -S 1M` runs were ≈ 30 % faster than with 256 KiB, the 64 KiB
-/// stream unchanged (docs/performance.md, "Bandwidth: where the bytes go"). Batches of small
-/// posts stay bounded by [`MORE_BATCH_WRS`] / [`MORE_BATCH_BYTES`].
-const MAX_TRANSMIT: usize = 1 << 20;
+/// Wire bytes one `Transmit` of posted work may frame (the proto default is 256 KiB): with
+/// full-size FPDUs one or two per `sendmsg`, each CRC computed just before the kernel copies
+/// the same bytes. A 1 MiB RDMA Write sent whole was paced by BBR (one pacing timer per
+/// 64 KiB in the sender's `tcp_write_xmit`, and a receiver woken more often): alternating
+/// `xs-bw -m write -S 1M` runs gave 3,300-3,500 MB/s with 1 MiB per `Transmit`, 4,470-5,120
+/// with 64 KiB, TCP 4,790-5,500; with cubic the two were alike (docs/performance.md,
+/// "Session 26"). Batches of small posts stay bounded by [`MORE_BATCH_WRS`] /
+/// [`MORE_BATCH_BYTES`].
+const MAX_TRANSMIT: usize = 64 << 10;
+/// The same bound for Read Responses, which go out as a whole 1 MiB per `Transmit`: framed
+/// in 64 KiB pieces, `ddp-readbw -S 1M` fell from 3,060-3,790 to 2,210-3,590 MB/s (and 256 KiB
+/// or 512 KiB pieces were no better than 1 MiB). Why Read Responses and Writes differ here
+/// is not pinned down.
+const MAX_TRANSMIT_READ_RESPONSE: usize = 1 << 20;
 /// A batch of `DDP_MORE` posts goes out when it has this many work requests (about what one
 /// `sendmsg` of [`MAX_IOV`] iovecs carries for small messages) ...
 const MORE_BATCH_WRS: u32 = 96;
@@ -1042,6 +1050,7 @@ impl ConnState {
         let m = mulpdu(emss, neg.markers_tx).clamp(MIN_MULPDU, MAX_ULPDU_LEN);
         let mut cfg = ConnConfig::new(m, RecvMode::Stream, sh.pd);
         cfg.max_transmit = MAX_TRANSMIT;
+        cfg.max_transmit_read_response = MAX_TRANSMIT_READ_RESPONSE;
         let conn = Connection::new(self.role, &neg, cfg).expect("MULPDU clamped into range");
         self.mulpdu = m;
         self.conn = Some(conn);
