@@ -114,15 +114,15 @@ pub(crate) fn rx_backlog_limit(sockets: usize) -> usize {
 /// full-size FPDUs one or two per `sendmsg`, each CRC computed just before the kernel copies
 /// the same bytes. A 1 MiB RDMA Write sent whole was paced by BBR (one pacing timer per
 /// 64 KiB in the sender's `tcp_write_xmit`, and a receiver woken more often): alternating
-/// `xs-bw -m write -S 1M` runs gave 3,300-3,500 MB/s with 1 MiB per `Transmit`, 4,470-5,120
-/// with 64 KiB, TCP 4,790-5,500; with cubic the two were alike (docs/performance.md,
+/// `xs-bw -m write -S 1M` runs gave 3,300-3,530 MB/s with 1 MiB per `Transmit`, 4,135-5,118
+/// (median 4,890) with 64 KiB, TCP 4,790-5,500; with cubic the two were alike (docs/performance.md,
 /// "Session 26"). Batches of small posts stay bounded by [`MORE_BATCH_WRS`] /
 /// [`MORE_BATCH_BYTES`].
 const MAX_TRANSMIT: usize = 64 << 10;
 /// The same bound for Read Responses, which go out as a whole 1 MiB per `Transmit`: framed
-/// in 64 KiB pieces, `ddp-readbw -S 1M` fell from 3,060-3,790 to 2,210-3,590 MB/s (and 256 KiB
-/// or 512 KiB pieces were no better than 1 MiB). Why Read Responses and Writes differ here
-/// is not pinned down.
+/// in 64 KiB pieces, `ddp-readbw -S 1M` fell from a median of 3,640 MB/s (3,060-3,890) to
+/// 2,700 (2,210-4,340), and 256 KiB or 512 KiB pieces were no better than 1 MiB. Why Read
+/// Responses and Writes differ here is not pinned down.
 const MAX_TRANSMIT_READ_RESPONSE: usize = 1 << 20;
 /// A batch of `DDP_MORE` posts goes out when it has this many work requests (about what one
 /// `sendmsg` of [`MAX_IOV`] iovecs carries for small messages) ...
