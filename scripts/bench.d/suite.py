@@ -183,6 +183,10 @@ for r in range(runs):
                     add(("conns", mode, str(n)), d and d["MBps"])
                     add(("conns_setup", mode, str(n)), d and d["setup_s"] * 1000)
                     add(("conns_cpu", mode, str(n)), d and d["cpu_s_per_GB"])
+                    # (each side on its own CPU: the one near 1 s busy per s bounds the rate)
+                    for side_key, k in (("conns_cpu_tx", "cpu_cli_s"), ("conns_cpu_rx", "cpu_srv_s")):
+                        add((side_key, mode, str(n)), d and d[k] / (d["bytes"] / 1e9))
+                        add((side_key + "_busy", mode, str(n)), d and d[k] / d["xfer_s"])
                 if n == 1 and "cpu" in only:  # the 1-connection run is the CPU/GB measurement
                     add(("cpu", mode, "64K"), d and d["cpu_s_per_GB"])
                     add(("cpu_wait4", mode, "64K"), d and d["cpu_wait4_s_per_GB"])
@@ -291,9 +295,23 @@ if "conns" in only:
                      f"{fmt(med(('conns_setup','tcp',str(n))),1)} | {fmt(med(('conns_setup','ddp',str(n))),1)} | "
                      f"{fmt(med(('conns_cpu','tcp',str(n))))} | {fmt(med(('conns_cpu','ddp',str(n))))} | "
                      f"{fmt(ratio(('conns_cpu','ddp',str(n)),('conns_cpu','tcp',str(n))))} |")
+    lines += ["", "Per side (sender = client on one CPU, receiver = server on the other): CPU s/GB, "
+              "and in brackets the CPU-seconds per second of transfer (≈ 1.0: that side is the "
+              "bottleneck).", "",
+              "| connections | sender TCP | sender DDP | × | receiver TCP | receiver DDP | × |",
+              "|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in conn_counts:
+        cells = []
+        for side_key in ("conns_cpu_tx", "conns_cpu_rx"):
+            for mode in ("tcp", "ddp"):
+                cells.append(f"{fmt(med((side_key, mode, str(n))))} "
+                             f"({fmt(med((side_key + '_busy', mode, str(n))))})")
+            cells.append(fmt(ratio((side_key, "ddp", str(n)), (side_key, "tcp", str(n)))))
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
     lines.append("")
     targets.append(("1,000 connections aggregate (× TCP)", ratio(("conns", "ddp", "1000"), ("conns", "tcp", "1000")), ">=", 0.90))
     targets.append(("1,000 connections CPU per GB (× TCP)", ratio(("conns_cpu", "ddp", "1000"), ("conns_cpu", "tcp", "1000")), None, None))
+    targets.append(("1,000 connections sender CPU per GB (× TCP)", ratio(("conns_cpu_tx", "ddp", "1000"), ("conns_cpu_tx", "tcp", "1000")), None, None))
 if "cpu" in only:
     lines += ["## CPU time per GB streamed (s/GB, user+sys of both processes, 1 connection, 64 KiB writes)", "",
               "transfer: getrusage in each process from the first to the last byte (progress threads "
