@@ -75,7 +75,7 @@ use crate::mpa::deframer::{
     Deframer, Event as DfEvent, RxConfig, UNTAGGED_HEADER_LEN, UlpduHeader,
 };
 use crate::mpa::framer::{Framer, Piece, TxConfig};
-use crate::mpa::markers::{MAX_ULPDU_LEN, fpdu_len_without_markers};
+use crate::mpa::markers::{MAX_ULPDU_LEN, ULPDU_LENGTH_LEN, fpdu_len_without_markers};
 use crate::mpa::startup::{Negotiated, RtrKind};
 use crate::rdmap;
 use crate::rdmap::reads::{InboundReads, OutboundReads, OutstandingRead};
@@ -1722,9 +1722,29 @@ impl Connection {
     /// would be data for the reader's stream: [`Connection::next_stream_fpdu_len`] can then
     /// tell the next FPDU from its first octets.
     pub fn at_stream_boundary(&self) -> bool {
-        let at_boundary = self.state == State::Open
+        self.deframer.is_idle() && self.stream_rx_idle()
+    }
+
+    /// Octets to read for the header of the next FPDU while the next Send on QN 0 would be
+    /// data for the reader's stream (no markers): its ULPDU_LENGTH and untagged DDP/RDMAP
+    /// header between FPDUs ([`Connection::at_stream_boundary`]), or the rest of them
+    /// when the last read ended inside them ([`Deframer::header_left`]). Once they are
+    /// in, [`Connection::stream_fpdu_left`] tells whether the payload is stream data.
+    pub fn stream_header_left(&self) -> Option<usize> {
+        if !self.stream_rx_idle() {
+            return None;
+        }
+        if self.deframer.is_idle() {
+            return Some(ULPDU_LENGTH_LEN + UNTAGGED_HEADER_LEN);
+        }
+        self.deframer.header_left()
+    }
+
+    /// No segment in progress, nothing of the stream kept or placed, no markers, and the
+    /// next Send on QN 0 would be stream data.
+    fn stream_rx_idle(&self) -> bool {
+        let idle = self.state == State::Open
             && matches!(self.rx, RxSeg::Idle)
-            && self.deframer.is_idle()
             && !self.deframer.config().markers
             && self.stream_buf.is_empty()
             && self.stream_placed == 0;
@@ -1732,7 +1752,7 @@ impl Connection {
             Some(s) => matches!(s, SendSink::Stream),
             None => self.send_rx.posted_len() == 0 && self.send_rx.mode() == RecvMode::Stream,
         };
-        at_boundary && stream_sink
+        idle && stream_sink
     }
 
     /// Octets of the stream up to the end of the FPDU whose payload is being received (no

@@ -533,6 +533,95 @@ both_roles!(
     super::poll_round_non_stream_header
 );
 
+/// A TCP segment may end inside an FPDU's header: over loopback a 65,483-octet segment
+/// carries a large FPDU and the first octets of the small one after it. A poll round then
+/// reads the rest of the header, wherever the split is, and leaves the payload in the
+/// kernel for the reader's `recv` (it used to read the input into the engine, to be
+/// copied out again); the stream arrives intact.
+fn poll_round_split_header(role: Role) {
+    const MSG: usize = 65536;
+    const SPLIT: usize = 65456;
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    let message = |h: &mut Hostile, body: &[u8]| {
+        let msn = h.send_msn;
+        h.send_msn += 1;
+        let first = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, false));
+        let big = h.frame(&[&first, &body[..SPLIT]]);
+        let mo = SPLIT as u32;
+        let second = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo }, true));
+        (big, h.frame(&[&second, &body[SPLIT..]]))
+    };
+    let recv_exactly = |buf: &mut [u8]| {
+        let mut n = 0;
+        for _ in 0..10_000 {
+            if n == buf.len() {
+                return;
+            }
+            n += v.recv(&mut [IoSliceMut::new(&mut buf[n..])], 0).unwrap();
+        }
+        panic!("{n} of {} octets", buf.len());
+    };
+    let inq = |fd: i32| {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int.
+        assert_eq!(unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) }, 0);
+        n as usize
+    };
+    // Two large messages, read: the socket counts as a large stream now.
+    for seed in 0..2 {
+        let body = pattern(MSG, 100 + seed);
+        let (big, small) = message(&mut h, &body);
+        h.s.write_all(&[big, small].concat()).unwrap();
+        let mut got = vec![0u8; MSG];
+        recv_exactly(&mut got);
+        assert!(got == body, "stream content differs (message {seed})");
+    }
+    let ms = 5000 * common::time_scale() as i32;
+    // (the small FPDU's ULPDU_LENGTH is 2 octets, its untagged header 18)
+    for k in 1..20 {
+        let body = pattern(MSG, k as u64);
+        let (big, small) = message(&mut h, &body);
+        h.s.write_all(&[&big[..], &small[..k]].concat()).unwrap();
+        let mut got = vec![0u8; MSG];
+        recv_exactly(&mut got[..SPLIT]);
+        assert_eq!(
+            inq(v.tcp_fd()),
+            0,
+            "split {k}: the header's first octets were read"
+        );
+        let pw = v.poll_wait().expect("open connection: a poll wait");
+        h.s.write_all(&small[k..]).unwrap();
+        let mut p = libc::pollfd {
+            fd: pw.tcp_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack.
+        assert_eq!(
+            unsafe { libc::poll(&mut p, 1, ms) },
+            1,
+            "split {k}: the rest arrives"
+        );
+        assert!(pw.service(), "split {k}: stream data for the reader");
+        // Only the header's rest was read: payload and CRC wait for the reader.
+        assert_eq!(
+            inq(pw.tcp_fd()),
+            MSG - SPLIT + 4,
+            "split {k}: payload left in the kernel"
+        );
+        drop(pw);
+        recv_exactly(&mut got[SPLIT..]);
+        assert!(got == body, "split {k}: stream content differs");
+    }
+    drop(v);
+    bench.finish();
+}
+both_roles!(
+    poll_round_reads_the_rest_of_a_split_header,
+    super::poll_round_split_header
+);
+
 // ---- RDMA Read Request (source checks are RDMAP remote protection errors)
 
 fn rr_bad_source_stag(role: Role) {

@@ -242,6 +242,23 @@ impl Deframer {
         self.failed.is_none() && !self.started
     }
 
+    /// Octets still to come of the current FPDU's ULPDU_LENGTH and DDP header once the FPDU
+    /// has begun (an untagged header counted while its first octet is still to come);
+    /// `None` between FPDUs, past the header, with markers, or after an error. A TCP
+    /// segment may end anywhere in a header: a driver that reads headers on their own
+    /// (to place the payload after them elsewhere) reads this many next.
+    pub fn header_left(&self) -> Option<usize> {
+        if self.failed.is_some() || self.cfg.markers || !self.started {
+            return None;
+        }
+        match self.phase {
+            Phase::Length => Some(ULPDU_LENGTH_LEN - self.field_got + UNTAGGED_HEADER_LEN),
+            Phase::Header if self.ulpdu_off == 0 => Some(UNTAGGED_HEADER_LEN.min(self.ulpdu_len)),
+            Phase::Header => Some(self.header_len - self.ulpdu_off),
+            Phase::Payload | Phase::Pad | Phase::Crc => None,
+        }
+    }
+
     /// ULPDU offset of the next payload octet (meaningful while a payload is being read).
     pub fn ulpdu_offset(&self) -> usize {
         self.ulpdu_off
@@ -614,6 +631,47 @@ mod tests {
         assert_eq!(evs[2].0, Event::End);
         assert!(d.is_idle());
         assert_eq!(d.position(), 40);
+    }
+
+    /// Fed a header one octet at a time (a TCP segment may end anywhere in it), the
+    /// deframer says how many octets of it are still to come: the length field and an
+    /// untagged header until the first header octet tells, then the header it starts.
+    #[test]
+    fn header_left_counts_down_to_the_payload() {
+        for (ctrl, hdr) in [(0x41u8, UNTAGGED_HEADER_LEN), (0xc1, TAGGED_HEADER_LEN)] {
+            let wire = Framer::new(TxConfig {
+                crc: true,
+                markers: false,
+            })
+            .frame_to_vec(&[&[ctrl; UNTAGGED_HEADER_LEN][..hdr], &[7u8; 100]]);
+            let mut d = rx(true, false);
+            assert_eq!(d.header_left(), None, "between FPDUs");
+            let mut lefts = Vec::new();
+            let mut at = 0;
+            while at < 2 + hdr {
+                let ev = d.next(&wire[..at + 1], &mut at).unwrap();
+                assert_eq!(matches!(ev, Event::Header(_)), at == 2 + hdr, "octet {at}");
+                lefts.push(d.header_left());
+            }
+            let mut want = vec![Some(1 + UNTAGGED_HEADER_LEN), Some(UNTAGGED_HEADER_LEN)];
+            want.extend((1..hdr).rev().map(Some));
+            want.push(None);
+            assert_eq!(lefts, want, "ctrl {ctrl:#x}");
+            // (the rest of the FPDU goes as always)
+            let evs = run(&mut d, &wire[at..]).unwrap();
+            assert!(matches!(evs.last(), Some((Event::End, _))));
+            assert_eq!(d.header_left(), None);
+        }
+        // With markers the driver reads no headers on their own.
+        let mut d = rx(true, true);
+        let mut at = 0;
+        let wire = Framer::new(TxConfig {
+            crc: true,
+            markers: true,
+        })
+        .frame_to_vec(&[&[0x41; UNTAGGED_HEADER_LEN], &[1u8; 8]]);
+        let _ = d.next(&wire[..3], &mut at);
+        assert_eq!(d.header_left(), None);
     }
 
     #[test]

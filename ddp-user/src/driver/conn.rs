@@ -2134,8 +2134,8 @@ impl ConnState {
     /// Whether stream data for the reader waits in the TCP socket, a whole FPDU's worth at
     /// least (the reader's `recv` can then place it straight into its buffer), with nothing
     /// of the stream in the engine before it. Costs a `FIONREAD`, and between FPDUs a read
-    /// of the next header: the reader's `recv` then starts at the payload (a peek would
-    /// leave it one more read).
+    /// of the next header (or of its rest, where the last read ended inside it): the
+    /// reader's `recv` then starts at the payload (a peek would leave it one more read).
     pub(crate) fn stream_waiting(&mut self, sh: &Shared) -> bool {
         let Some(conn) = self.conn.as_mut() else {
             return false;
@@ -2152,13 +2152,16 @@ impl ConnState {
         let need = match conn.stream_fpdu_left() {
             Some(n) => n,
             None => {
-                if !conn.at_stream_boundary()
-                    || !kernel_has(&mut self.inq_floor, sh.tcp_fd, NEXT_HEADER)
-                {
+                // (between FPDUs, or inside a header where the last TCP segment ended)
+                let boundary = conn.at_stream_boundary();
+                let Some(h) = conn.stream_header_left().filter(|&h| h <= NEXT_HEADER) else {
+                    return false;
+                };
+                if !kernel_has(&mut self.inq_floor, sh.tcp_fd, h) {
                     return false;
                 }
                 let mut head = [0u8; NEXT_HEADER];
-                let n = match sys::recv(sh.tcp_fd, &mut head, libc::MSG_DONTWAIT) {
+                let n = match sys::recv(sh.tcp_fd, &mut head[..h], libc::MSG_DONTWAIT) {
                     Ok(n) => n,
                     Err(Errno::EAGAIN) => return false,
                     Err(e) => {
@@ -2171,7 +2174,8 @@ impl ConnState {
                     return false; // (EOF: `pump_input` reads it again)
                 }
                 self.inq_floor = self.inq_floor.saturating_sub(n);
-                let whole = conn.next_stream_fpdu_len(&head[..n]);
+                // (a whole header read between FPDUs is checked as such first)
+                let plain = !boundary || conn.next_stream_fpdu_len(&head[..n]).is_some();
                 // The octets are input now, whatever they start: the connection takes them
                 // (a header alone delivers no stream data; anything it does deliver, or an
                 // event of a tiny FPDU, is handled as after any read).
@@ -2181,8 +2185,8 @@ impl ConnState {
                 self.backlog.push(core::mem::take(&mut mem.overflow));
                 self.bytes_rx += mem.stream_bytes;
                 self.rx_counts.reads += 1;
-                match (whole, conn.stream_fpdu_left()) {
-                    (Some(_), Some(left)) => left,
+                match conn.stream_fpdu_left() {
+                    Some(left) if plain => left,
                     _ => return false,
                 }
             }
