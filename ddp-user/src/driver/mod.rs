@@ -106,6 +106,21 @@ pub(crate) struct Engine {
 /// ([`release_lazy`]); otherwise input waits at most this long for the progress thread.
 pub(crate) const LAZY_REARM: Duration = Duration::from_micros(500);
 
+/// While an application keeps coming back to a socket (a request-response loop pushing its
+/// [`LAZY_REARM`] and hold deadlines on), every visit of the progress thread that finds them
+/// pushed on doubles the wait before the next, up to `LAZY_REARM << LAZY_STRETCH` (8 ms):
+/// each wake-up of an otherwise idle thread costs the latency path (one round trip in
+/// about a hundred 30 µs longer on the test VM, one visit per millisecond; see
+/// docs/performance.md, session 29). An application that then stays away has input wait
+/// that long at most; the first visit that ends a hold starts over at `LAZY_REARM`.
+const LAZY_STRETCH: u32 = 4;
+
+/// How long the progress thread waits before it looks again at a socket whose deadlines
+/// `visits` visits in a row found pushed on ([`LAZY_STRETCH`]).
+fn stretched(visits: u32) -> Duration {
+    LAZY_REARM * (1 << visits.min(LAZY_STRETCH))
+}
+
 /// Sockets whose TCP fd is held lazily (a hint for [`release_lazy`]'s fast path).
 static LAZY: AtomicUsize = AtomicUsize::new(0);
 
@@ -565,10 +580,14 @@ impl Engine {
                 Ok(g) => g,
                 Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => {
-                    next = Some(next.map_or(LAZY_REARM, |n| n.min(LAZY_REARM)));
+                    let v = sh.deadline_visits.fetch_add(1, Ordering::Relaxed);
+                    let d = stretched(v);
+                    next = Some(next.map_or(d, |n| n.min(d)));
                     continue;
                 }
             };
+            let visits = sh.deadline_visits.load(Ordering::Relaxed);
+            let mut pushed = false;
             let now = self.now();
             let mut due = None;
             if let Some(d) = st.startup_deadline() {
@@ -590,8 +609,10 @@ impl Engine {
                     sh.end_lazy(&mut st);
                 } else {
                     // (an application thread inside keeps it; it is pushed on when it leaves)
-                    let d = if now >= d { now + LAZY_REARM } else { d };
+                    let d =
+                        (if now >= d { now + LAZY_REARM } else { d }).max(now + stretched(visits));
                     due = Some(due.map_or(d, |x: Duration| x.min(d)));
+                    pushed = true;
                 }
             }
             if let Some(d) = st.hold_until {
@@ -599,10 +620,14 @@ impl Engine {
                 {
                     sh.end_hold(&mut st);
                 } else {
-                    let d = if now >= d { now + LAZY_REARM } else { d };
+                    let d =
+                        (if now >= d { now + LAZY_REARM } else { d }).max(now + stretched(visits));
                     due = Some(due.map_or(d, |x: Duration| x.min(d)));
+                    pushed = true;
                 }
             }
+            sh.deadline_visits
+                .store(if pushed { visits + 1 } else { 0 }, Ordering::Relaxed);
             let keep = !st.finalized
                 && (st.is_connecting()
                     || st.close_deadline.is_some()
@@ -646,6 +671,9 @@ pub(crate) struct Shared {
     pub(crate) tx_deferred: AtomicBool,
     pub(crate) st: Mutex<ConnState>,
     pub(crate) cq: Mutex<CqSlot>,
+    /// Visits of the progress thread in a row that found this socket's lazy or hold
+    /// deadline pushed on ([`LAZY_STRETCH`]; an atomic, read without the lock).
+    pub(crate) deadline_visits: AtomicU32,
 }
 
 /// A socket's completion queue and the state of its eventfd.

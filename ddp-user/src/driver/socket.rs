@@ -4,7 +4,7 @@
 use core::time::Duration;
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
@@ -389,6 +389,7 @@ impl DdpSocket {
             tx_deferred: AtomicBool::new(false),
             st: Mutex::new(st),
             cq: Mutex::new(Default::default()),
+            deadline_visits: AtomicU32::new(0),
         });
         core::mem::forget(fds); // owned by `sh` now (closed in its Drop)
         if let Err(e) = engine.add(&sh) {
