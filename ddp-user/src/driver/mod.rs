@@ -580,7 +580,10 @@ impl Engine {
                 Ok(g) => g,
                 Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => {
-                    let v = sh.deadline_visits.fetch_add(1, Ordering::Relaxed);
+                    // (only this thread writes `deadline_visits`)
+                    let v = sh.deadline_visits.load(Ordering::Relaxed);
+                    sh.deadline_visits
+                        .store((v + 1).min(LAZY_STRETCH), Ordering::Relaxed);
                     let d = stretched(v);
                     next = Some(next.map_or(d, |n| n.min(d)));
                     continue;
@@ -626,8 +629,12 @@ impl Engine {
                     pushed = true;
                 }
             }
-            sh.deadline_visits
-                .store(if pushed { visits + 1 } else { 0 }, Ordering::Relaxed);
+            let visits = if pushed {
+                (visits + 1).min(LAZY_STRETCH)
+            } else {
+                0
+            };
+            sh.deadline_visits.store(visits, Ordering::Relaxed);
             let keep = !st.finalized
                 && (st.is_connecting()
                     || st.close_deadline.is_some()
@@ -672,7 +679,8 @@ pub(crate) struct Shared {
     pub(crate) st: Mutex<ConnState>,
     pub(crate) cq: Mutex<CqSlot>,
     /// Visits of the progress thread in a row that found this socket's lazy or hold
-    /// deadline pushed on ([`LAZY_STRETCH`]; an atomic, read without the lock).
+    /// deadline pushed on, up to [`LAZY_STRETCH`] (written by that thread only; an atomic,
+    /// read without the socket's lock).
     pub(crate) deadline_visits: AtomicU32,
 }
 
