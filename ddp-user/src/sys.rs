@@ -154,6 +154,49 @@ pub fn recvmsg(fd: RawFd, iov: &mut [libc::iovec], flags: c_int) -> Result<usize
     restart(|| unsafe { libc::syscall(libc::SYS_recvmsg, fd, &mut msg as *mut _, flags) })
 }
 
+/// `recvmsg(fd, iov, flags)` on a TCP socket with `TCP_INQ` set ([`set_inq_hint`]): also
+/// returns what the kernel says is left to read after this read (its `TCP_CM_INQ` control
+/// message), or `None` if it sent none (`TCP_INQ` not set, or a kernel without it). One
+/// system call where a read and a `FIONREAD` would be two.
+pub fn recvmsg_inq(
+    fd: RawFd,
+    iov: &mut [libc::iovec],
+    flags: c_int,
+) -> Result<(usize, Option<usize>)> {
+    // (u64s: aligned for a `cmsghdr`; room for one `int` message)
+    let mut ctl = [0u64; 4];
+    // SAFETY: an all-zero msghdr is a valid "no name, no control" header.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    msg.msg_control = ctl.as_mut_ptr().cast();
+    msg.msg_controllen = core::mem::size_of_val(&ctl) as _;
+    // SAFETY: the iovecs name memory the caller lent us for writing (their contract); the
+    // msghdr and its control buffer live across the call.
+    let n = restart(|| unsafe { libc::syscall(libc::SYS_recvmsg, fd, &mut msg as *mut _, flags) })?;
+    let mut inq = None;
+    // SAFETY: the kernel filled `msg_controllen` bytes of `ctl` with well-formed control
+    // messages; CMSG_FIRSTHDR/CMSG_NXTHDR stay inside them, and a TCP_CM_INQ message
+    // carries one int (read unaligned: CMSG_DATA need not be aligned for it).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_TCP && (*c).cmsg_type == libc::TCP_CM_INQ {
+                let v = libc::CMSG_DATA(c).cast::<c_int>().read_unaligned();
+                inq = Some(v.max(0) as usize);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n, inq))
+}
+
+/// Asks the kernel to say, with every `recvmsg` that has room for it, how many bytes are
+/// left to read on this TCP socket (`TCP_INQ`, Linux 4.18; see [`recvmsg_inq`]).
+pub fn set_inq_hint(fd: RawFd) -> Result<()> {
+    setsockopt(fd, libc::SOL_TCP, libc::TCP_INQ, 1 as c_int)
+}
+
 /// `recv(fd, buf, flags)`.
 pub fn recv(fd: RawFd, buf: &mut [u8], flags: c_int) -> Result<usize> {
     let mut iov = [iovec(buf.as_mut_ptr(), buf.len())];
@@ -481,4 +524,58 @@ pub fn socket_timeout(fd: RawFd, name: c_int) -> Option<Duration> {
     .ok()?;
     let d = Duration::new(tv.tv_sec.max(0) as u64, (tv.tv_usec.max(0) as u32) * 1000);
     (!d.is_zero()).then_some(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+
+    /// Waits (bounded) until `fd` has `n` bytes to read.
+    fn wait_inq(fd: RawFd, n: usize) {
+        for _ in 0..5000 {
+            if inq(fd).unwrap() >= n {
+                return;
+            }
+            let mut p = [libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            let _ = poll(&mut p, Some(Duration::from_millis(1)));
+        }
+        panic!("{n} bytes never arrived");
+    }
+
+    #[test]
+    fn recvmsg_inq_says_what_is_left() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (rx, _) = l.accept().unwrap();
+        let fd = rx.as_raw_fd();
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        tx.write_all(&data).unwrap();
+        wait_inq(fd, 1000);
+        let mut buf = [0u8; 300];
+        // Without TCP_INQ the kernel says nothing.
+        let mut iov = [iovec(buf.as_mut_ptr(), 100)];
+        assert_eq!(recvmsg_inq(fd, &mut iov, 0).unwrap(), (100, None));
+        assert_eq!(buf[..100], data[..100]);
+        set_inq_hint(fd).unwrap();
+        let mut iov = [
+            iovec(buf.as_mut_ptr(), 120),
+            iovec(buf[120..].as_mut_ptr(), 180),
+        ];
+        assert_eq!(recvmsg_inq(fd, &mut iov, 0).unwrap(), (300, Some(600)));
+        assert_eq!(buf[..], data[100..400]);
+        let mut iov = [iovec(buf.as_mut_ptr(), 300)];
+        assert_eq!(recvmsg_inq(fd, &mut iov, 0).unwrap(), (300, Some(300)));
+        assert_eq!(buf[..], data[400..700]);
+        let mut big = [0u8; 600];
+        let mut iov = [iovec(big.as_mut_ptr(), 600)];
+        assert_eq!(recvmsg_inq(fd, &mut iov, 0).unwrap(), (300, Some(0)));
+        assert_eq!(big[..300], data[700..]);
+    }
 }

@@ -518,6 +518,7 @@ fn plan_chain(
     mem: &SessionMem<'_, '_, '_>,
     (at, left, to_end): (usize, usize, usize),
     floor: &mut usize,
+    fresh: bool,
     fd: RawFd,
 ) -> Option<ChainPlan> {
     let (mo, seg, last) = conn.rx_stream_segment()?;
@@ -595,7 +596,10 @@ fn plan_chain(
     if c.n < 2 {
         return None;
     }
-    kernel_has(floor, fd, need[c.n - 1]);
+    // (`fresh`: the kernel said how much waits a moment ago; not asked again)
+    if !fresh {
+        kernel_has(floor, fd, need[c.n - 1]);
+    }
     while c.n >= 2 && need[c.n - 1] > *floor {
         c.n -= 1;
     }
@@ -792,6 +796,10 @@ pub(crate) struct ConnState {
     /// Bytes known to wait in the TCP socket's receive queue (a lower bound: the last
     /// `FIONREAD` less what was read since).
     inq_floor: usize,
+    /// `inq_floor` is what the kernel said with the last read (`TCP_CM_INQ`), made just
+    /// before a reader was told of stream data (`stream_waiting`): the reader's first read
+    /// plans with it instead of asking again (what arrived in between is read next time).
+    inq_fresh: bool,
     /// The stream's FPDUs were large lately (see [`STREAM_DIRECT_MIN`]): a reader's
     /// receive reads a header first, so that the payload can go straight into its buffer.
     large_stream: bool,
@@ -951,6 +959,7 @@ impl ConnState {
             follow: 0,
             rx_counts: RxCounts::default(),
             inq_floor: 0,
+            inq_fresh: false,
             poll_reader: false,
             hold_until: None,
             round_now: None,
@@ -1446,6 +1455,7 @@ impl ConnState {
         }
         let mut rx_buf = sh.engine.rx_buf_take();
         let mut inq_floor = self.inq_floor;
+        let mut inq_fresh = core::mem::take(&mut self.inq_fresh);
         // (with markers in the FPDUs, the follower's length is not where a tail read looks)
         let markers_rx = self.neg.as_ref().is_some_and(|n| n.markers_rx);
         // Held for a reader (no caller's buffer here): what a reader takes next, not more, so
@@ -1528,7 +1538,14 @@ impl ConnState {
                         && run == left
                         && let Some(te) = to_end
                     {
-                        chain = plan_chain(conn, mem, (at, left, te), &mut inq_floor, sh.tcp_fd);
+                        chain = plan_chain(
+                            conn,
+                            mem,
+                            (at, left, te),
+                            &mut inq_floor,
+                            core::mem::take(&mut inq_fresh),
+                            sh.tcp_fd,
+                        );
                     }
                 }
             }
@@ -2133,9 +2150,10 @@ impl ConnState {
 
     /// Whether stream data for the reader waits in the TCP socket, a whole FPDU's worth at
     /// least (the reader's `recv` can then place it straight into its buffer), with nothing
-    /// of the stream in the engine before it. Costs a `FIONREAD`, and between FPDUs a read
-    /// of the next header (or of its rest, where the last read ended inside it): the
-    /// reader's `recv` then starts at the payload (a peek would leave it one more read).
+    /// of the stream in the engine before it. Between FPDUs it reads the next header (or its
+    /// rest, where the last read ended inside it), so the reader's `recv` starts at the
+    /// payload; that read also says what is left in the kernel (`TCP_INQ`). Otherwise, or
+    /// on a kernel without `TCP_INQ`, it costs a `FIONREAD` where what is known falls short.
     pub(crate) fn stream_waiting(&mut self, sh: &Shared) -> bool {
         let Some(conn) = self.conn.as_mut() else {
             return false;
@@ -2157,12 +2175,16 @@ impl ConnState {
                 let Some(h) = conn.stream_header_left().filter(|&h| h <= NEXT_HEADER) else {
                     return false;
                 };
-                if !kernel_has(&mut self.inq_floor, sh.tcp_fd, h) {
-                    return false;
-                }
+                // (no `FIONREAD` first: a read that ends inside the header feeds what it got,
+                // and the next round reads the rest; the kernel says what is left after it)
                 let mut head = [0u8; NEXT_HEADER];
-                let n = match sys::recv(sh.tcp_fd, &mut head[..h], libc::MSG_DONTWAIT) {
-                    Ok(n) => n,
+                let mut iov = [sys::iovec(head.as_mut_ptr(), h)];
+                let n = match sys::recvmsg_inq(sh.tcp_fd, &mut iov, libc::MSG_DONTWAIT) {
+                    Ok((n, inq)) => {
+                        self.inq_floor = inq.unwrap_or(self.inq_floor.saturating_sub(n));
+                        self.inq_fresh = inq.is_some();
+                        n
+                    }
                     Err(Errno::EAGAIN) => return false,
                     Err(e) => {
                         // (reported once: handled here as `pump_input` would have)
@@ -2173,7 +2195,6 @@ impl ConnState {
                 if n == 0 {
                     return false; // (EOF: `pump_input` reads it again)
                 }
-                self.inq_floor = self.inq_floor.saturating_sub(n);
                 // (a whole header read between FPDUs is checked as such first)
                 let plain = !boundary || conn.next_stream_fpdu_len(&head[..n]).is_some();
                 // The octets are input now, whatever they start: the connection takes them
@@ -2186,6 +2207,8 @@ impl ConnState {
                 self.bytes_rx += mem.stream_bytes;
                 self.rx_counts.reads += 1;
                 match conn.stream_fpdu_left() {
+                    // (the kernel has just said what it has: not asked again)
+                    Some(left) if plain && self.inq_fresh => return self.inq_floor >= left,
                     Some(left) if plain => left,
                     _ => return false,
                 }
@@ -2195,8 +2218,12 @@ impl ConnState {
     }
 
     pub(crate) fn wants_input(&self) -> bool {
+        !self.announced && self.input_open()
+    }
+
+    /// Whether the connection takes TCP input now, announced to a reader or not.
+    fn input_open(&self) -> bool {
         matches!(self.phase, Phase::Open)
-            && !self.announced
             && !self.rx_eof
             && !self.conn_done
             && self.backlog.len() < self.rx_limit
@@ -2212,7 +2239,16 @@ impl ConnState {
             Phase::Failed => 0,
             Phase::Open => {
                 let mut ev = 0;
-                if self.wants_input() {
+                // (an epoll group's shadow stays armed, level-triggered, while the input is
+                // announced to its reader: the reader's `recv` takes it, and neither side
+                // spends an `epoll_ctl` on it; a report meanwhile disarms it, see
+                // `EpollGroup::service`)
+                let input = if self.group.is_some() {
+                    self.input_open()
+                } else {
+                    self.wants_input()
+                };
+                if input {
                     ev |= libc::EPOLLIN as u32;
                 }
                 if self.tail.is_some() {

@@ -277,9 +277,11 @@ impl EpollGroup {
         if st.tcp_armed != libc::EPOLLIN as u32 {
             st.tcp_armed = 0; // (one-shot: used up)
         }
-        if st.inline > 0 {
-            // The thread inside reads the input and re-arms when it leaves; level-triggered,
-            // the shadow would report it until then.
+        if st.inline > 0 || (st.announced && st.hold) {
+            // The thread inside reads the input and re-arms when it leaves; or the input
+            // was announced to a reader that has not come for it yet (it is in the set's
+            // pending list since then, and its `recv` re-arms). Level-triggered, the shadow
+            // would report it until then.
             sh.disarm_tcp(&mut st);
             return false;
         }

@@ -890,7 +890,9 @@ impl Shared {
             // An application thread is working on this socket: it reads the input (and
             // re-arms when it leaves). Threads only waiting in poll/epoll_wait do not write a
             // tail left by another thread: that is done here.
-            if st.inline > 0 {
+            if st.inline > 0 || (level && st.announced && st.hold) {
+                // (announced: the input is its reader's, taken by its `recv` or at the
+                // hold's end; the shadow kept it armed, see `ConnState::tcp_interest`)
                 if level {
                     self.disarm_tcp(&mut st);
                 }

@@ -1536,6 +1536,8 @@ impl Fds {
             libc::TCP_NODELAY,
             1 as libc::c_int,
         );
+        // (reads that ask say what is left in the kernel: `ConnState::stream_waiting`)
+        let _ = sys::set_inq_hint(f.tcp);
         let (a, e) = sys::socketpair(0)?;
         f.app = move_high(a)?;
         f.eng = move_high(e)?;
