@@ -189,6 +189,7 @@ fn app_fd_unwritable_while_the_kernel_refuses() {
         // peer's engine reads its TCP input into its own buffers for a while, which lets
         // more through). The peer application does not read yet.
         let mut held = false;
+        let mut spells = Vec::new();
         for _ in 0..2000 {
             match b.send(
                 &[IoSlice::new(&data[sent..sent + chunk])],
@@ -198,11 +199,24 @@ fn app_fd_unwritable_while_the_kernel_refuses() {
                 Err(e) => {
                     assert_eq!(e.0, libc::EAGAIN);
                     // (the peer's engine takes more for a while: under valgrind it is
-                    // slow to, so the quiet spell that counts as held is scaled too)
-                    if !poll_out(fd, 200 * time_scale() as i32) {
+                    // slow to, so the quiet spell that counts as held is scaled too; and
+                    // under CPU load it may take more after the spell, so the spell counts
+                    // only if the epoll sets agree at its end: edges before it are drained)
+                    let _ = epoll_events(et, 0);
+                    if poll_out(fd, 200 * time_scale() as i32) {
+                        continue;
+                    }
+                    let (l, e) = (epoll_events(lt, 0), epoll_events(et, 0));
+                    if l == 0 && e == 0 {
                         held = true;
                         break;
                     }
+                    spells.push((l, e));
+                    // (a library whose epoll says EPOLLOUT while poll does not fails here)
+                    assert!(
+                        spells.len() < 10,
+                        "no POLLOUT, but (LT, ET) EPOLLOUT after each quiet spell: {spells:?}"
+                    );
                 }
             }
         }
@@ -213,9 +227,6 @@ fn app_fd_unwritable_while_the_kernel_refuses() {
         let outq = b.out_queue(false).unwrap();
         assert!(outq < 1 << 20, "{outq} bytes queued after {sent} taken");
         expect.extend_from_slice(&data[..sent]);
-        assert_eq!(epoll_events(lt, 0), 0, "LT: no EPOLLOUT while refused");
-        let _ = epoll_events(et, 0); // (an edge of earlier writes may still be pending)
-        assert_eq!(epoll_events(et, 0), 0, "ET: nothing new while refused");
         // A raw write on the app fd goes behind what was sent.
         // SAFETY: writing our buffer on our fd.
         let raw = unsafe { libc::send(fd, b"<raw>".as_ptr().cast(), 5, libc::MSG_DONTWAIT) };
