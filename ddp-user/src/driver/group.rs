@@ -279,9 +279,8 @@ impl EpollGroup {
         }
         if st.inline > 0 || (st.announced && st.hold) {
             // The thread inside reads the input and re-arms when it leaves; or the input
-            // was announced to a reader that has not come for it yet (it is in the set's
-            // pending list since then, and its `recv` re-arms). Level-triggered, the shadow
-            // would report it until then.
+            // was announced to a reader that has not come for it yet (its `recv`, or the
+            // hold's end, re-arms). Level-triggered, the shadow would report it until then.
             sh.disarm_tcp(&mut st);
             return false;
         }
