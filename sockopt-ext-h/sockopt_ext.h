@@ -201,7 +201,8 @@ __attribute__((weak)) int ddp_poll(int fd, struct ddp_wc *wc, int max);
  * returns 0 on timeout. EINTR if a signal arrived first. */
 __attribute__((weak)) int ddp_wait(int fd, struct ddp_wc *wc, int max, int timeout_ms);
 /* A file descriptor that is readable while completions are pending (works with poll, select
- * and epoll; it is owned by the socket: do not close it). */
+ * and epoll; it is owned by the socket: do not close it). The first call makes it: -1 with
+ * EMFILE or ENFILE if no descriptor is left. */
 __attribute__((weak)) int ddp_event_fd(int fd);
 
 /* ---- presence ----------------------------------------------------------------------- */

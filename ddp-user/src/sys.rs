@@ -245,10 +245,17 @@ pub fn close(fd: RawFd) -> Result<()> {
     cvt(unsafe { libc::syscall(libc::SYS_close, fd) }).map(drop)
 }
 
-/// Lets go of the file open at `fd` while keeping the number taken: an inert eventfd is put
-/// in its place (`dup3`, close-on-exec), so that no other open can get the number while
-/// code that still holds it runs. The file's other descriptors (and processes) keep it.
-pub fn retire(fd: RawFd) -> Result<()> {
+/// Lets go of the file open at `fd` while keeping the number taken: the eventfd `inert`,
+/// which nobody signals or reads, is put in its place (`dup3`, close-on-exec), so that no
+/// other open can get the number while code that still holds it runs. The file's other
+/// descriptors (and processes) keep it. If `inert` is not an open descriptor (the
+/// application closed it), a new eventfd serves.
+pub fn retire(fd: RawFd, inert: RawFd) -> Result<()> {
+    // SAFETY: plain syscall on integers.
+    match cvt(unsafe { libc::syscall(libc::SYS_dup3, inert, fd, libc::O_CLOEXEC) }) {
+        Err(Errno::EBADF) => {}
+        r => return r.map(drop),
+    }
     let inert = eventfd()?;
     // SAFETY: plain syscall on integers.
     let r = cvt(unsafe { libc::syscall(libc::SYS_dup3, inert, fd, libc::O_CLOEXEC) });

@@ -67,6 +67,9 @@ pub(crate) struct Engine {
     pub(crate) registry: Registry,
     epfd: RawFd,
     wake_fd: RawFd,
+    /// An eventfd nobody signals or reads: closed sockets' app ends are retired onto it
+    /// ([`sys::retire`]), a `dup3` each instead of making and closing an eventfd.
+    inert_fd: RawFd,
     conns: Mutex<HashMap<u64, Arc<Shared>>>,
     /// Sockets with a deadline (non-blocking MPA exchange, close linger).
     timed: Mutex<HashSet<u64>>,
@@ -262,6 +265,14 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
     }
     let epfd = move_high(sys::epoll_create()?)?;
     let wake_fd = move_high(sys::eventfd()?)?;
+    let inert_fd = match sys::eventfd().and_then(move_high) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = sys::close(epfd);
+            let _ = sys::close(wake_fd);
+            return Err(e);
+        }
+    };
     sys::epoll_ctl(
         epfd,
         libc::EPOLL_CTL_ADD,
@@ -274,6 +285,7 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
         registry: Registry::new(),
         epfd,
         wake_fd,
+        inert_fd,
         conns: Mutex::new(HashMap::new()),
         timed: Mutex::new(HashSet::new()),
         held: Mutex::new(HashSet::new()),
@@ -298,6 +310,7 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
             let mine = unsafe { Box::from_raw(e) };
             let _ = sys::close(mine.epfd);
             let _ = sys::close(mine.wake_fd);
+            let _ = sys::close(mine.inert_fd);
             // SAFETY: as above, the winner is leaked forever.
             Ok(unsafe { &*other })
         }
@@ -663,7 +676,6 @@ pub(crate) struct Shared {
     pub(crate) tcp_fd: RawFd,
     pub(crate) eng_end: RawFd,
     pub(crate) app_end: RawFd,
-    pub(crate) event_fd: RawFd,
     pub(crate) pd: u32,
     pub(crate) own_pd: bool,
     pub(crate) zero_based: bool,
@@ -688,12 +700,46 @@ pub(crate) struct Shared {
 #[derive(Default)]
 pub(crate) struct CqSlot {
     q: Cq,
+    /// The completion eventfd, made when someone first needs it ([`Shared::export_event_fd`],
+    /// [`Shared::cq_wait_begin`]): most sockets (plain `send`/`recv`) never do, and each
+    /// connection's setup and close then make four system calls fewer.
+    fd: Option<RawFd>,
     /// The eventfd is readable.
     signaled: bool,
     /// Library threads blocked on the eventfd (`wait_cq`).
     waiters: u32,
     /// The application has the eventfd (`ddp_event_fd`) and may wait on it.
     exported: bool,
+}
+
+impl CqSlot {
+    /// The eventfd, made now if it was not.
+    fn fd(&mut self) -> Result<RawFd, Errno> {
+        match self.fd {
+            Some(fd) => Ok(fd),
+            None => {
+                let fd = move_high(sys::eventfd()?)?;
+                self.fd = Some(fd);
+                Ok(fd)
+            }
+        }
+    }
+
+    /// Makes the eventfd readable (it exists: someone waits on it).
+    fn signal(&mut self) {
+        if let Some(fd) = self.fd {
+            let _ = sys::eventfd_signal(fd);
+            self.signaled = true;
+        }
+    }
+
+    /// Makes the eventfd unreadable again.
+    fn drain(&mut self) {
+        if let Some(fd) = self.fd {
+            let _ = sys::eventfd_drain(fd);
+        }
+        self.signaled = false;
+    }
 }
 
 impl Shared {
@@ -717,8 +763,7 @@ impl Shared {
         let mut cq = lock(&self.cq);
         cq.q.push(wc);
         if !cq.signaled && !defer && (cq.exported || cq.waiters > 0) {
-            let _ = sys::eventfd_signal(self.event_fd);
-            cq.signaled = true;
+            cq.signal();
         }
     }
 
@@ -737,42 +782,42 @@ impl Shared {
         };
         if cq.q.is_empty() {
             if cq.signaled && (!keep_stale || !cq.exported) && cq.waiters == 0 {
-                let _ = sys::eventfd_drain(self.event_fd);
-                cq.signaled = false;
+                cq.drain();
             }
         } else if !cq.signaled && (cq.exported || cq.waiters > 0) {
-            let _ = sys::eventfd_signal(self.event_fd);
-            cq.signaled = true;
+            cq.signal();
         }
         n
     }
 
-    /// The application was given the eventfd (`ddp_event_fd`): from now on it is readable
-    /// exactly while completions are pending (up to the stale signal of [`Shared::poll_cq`]).
-    pub(crate) fn export_event_fd(&self) {
+    /// The application is given the eventfd (`ddp_event_fd`; made now if it was not): from
+    /// now on it is readable exactly while completions are pending (up to the stale signal
+    /// of [`Shared::poll_cq`]).
+    pub(crate) fn export_event_fd(&self) -> Result<RawFd, Errno> {
         let mut cq = lock(&self.cq);
+        let fd = cq.fd()?;
         cq.exported = true;
         if !cq.q.is_empty() && !cq.signaled {
-            let _ = sys::eventfd_signal(self.event_fd);
-            cq.signaled = true;
+            cq.signal();
         }
+        Ok(fd)
     }
 
-    /// A library thread is about to block on the eventfd: from now on completions signal it.
-    /// False (do not block) if completions are pending already. Pair with
-    /// [`Shared::cq_wait_end`].
-    pub(crate) fn cq_wait_begin(&self) -> bool {
+    /// A library thread is about to block on the eventfd (made now if it was not): from now
+    /// on completions signal it. `None` (do not block) if completions are pending already.
+    /// After `Some`, pair with [`Shared::cq_wait_end`].
+    pub(crate) fn cq_wait_begin(&self) -> Result<Option<RawFd>, Errno> {
         let mut cq = lock(&self.cq);
         if !cq.q.is_empty() {
-            return false;
+            return Ok(None);
         }
+        let fd = cq.fd()?;
         if cq.signaled {
             // (stale: nothing pending)
-            let _ = sys::eventfd_drain(self.event_fd);
-            cq.signaled = false;
+            cq.drain();
         }
         cq.waiters += 1;
-        true
+        Ok(Some(fd))
     }
 
     /// The blocking wait of [`Shared::cq_wait_begin`] is over.
@@ -780,8 +825,7 @@ impl Shared {
         let mut cq = lock(&self.cq);
         cq.waiters -= 1;
         if cq.signaled && !cq.exported && cq.waiters == 0 {
-            let _ = sys::eventfd_drain(self.event_fd);
-            cq.signaled = false;
+            cq.drain();
         }
     }
 
@@ -795,8 +839,7 @@ impl Shared {
     pub(crate) fn drain_stale_signal(&self) {
         let mut cq = lock(&self.cq);
         if cq.signaled && cq.q.is_empty() && cq.waiters == 0 {
-            let _ = sys::eventfd_drain(self.event_fd);
-            cq.signaled = false;
+            cq.drain();
         }
     }
 
@@ -1119,7 +1162,7 @@ impl Shared {
         // another process still has it open: a forked child). Kept, it let the close's
         // EOF reach `epoll_wait` as an event for the closed fd, even once its number was
         // reused (ddp-fdtest epoll-held, 2 runs in 30).
-        let _ = sys::retire(self.app_end);
+        let _ = sys::retire(self.app_end, self.engine.inert_fd);
         let mut st = self.lock();
         if st.finalized {
             return;
@@ -1196,7 +1239,10 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        for fd in [self.tcp_fd, self.eng_end, self.app_end, self.event_fd] {
+        for fd in [self.tcp_fd, self.eng_end, self.app_end] {
+            let _ = sys::close(fd);
+        }
+        if let Some(fd) = lock(&self.cq).fd {
             let _ = sys::close(fd);
         }
     }

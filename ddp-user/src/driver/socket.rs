@@ -378,7 +378,6 @@ impl DdpSocket {
             tcp_fd: fds.tcp,
             eng_end: fds.eng,
             app_end: fds.app,
-            event_fd: fds.event,
             pd,
             own_pd,
             zero_based: opts.zero_based_to,
@@ -400,9 +399,15 @@ impl DdpSocket {
             h: Arc::new(Handle { sh: sh.clone() }),
         };
         if nonblocking {
-            engine.watch_deadline(sh.id);
             let mut st = sh.lock();
             sh.progress(&mut st, None, false);
+            // The progress thread watches the exchange's deadline only if it did not end
+            // here (on loopback a responder usually finds the request waiting): a wake-up of
+            // that thread per connection fewer. Under the socket's lock, as the thread's walk
+            // of the deadlines expects.
+            if matches!(st.phase, Phase::Startup(_)) {
+                engine.watch_deadline(sh.id);
+            }
             return Ok(sock);
         }
         // Blocking: the exchange runs here (inline was set to 1 above).
@@ -457,10 +462,10 @@ impl DdpSocket {
 
     /// The completion eventfd: readable while completions are pending. Owned by the socket.
     /// (Until this is called nobody outside the library can wait on it, and completions do
-    /// not touch it: see `Shared::push_wc`.)
-    pub fn event_fd(&self) -> RawFd {
-        self.sh().export_event_fd();
-        self.sh().event_fd
+    /// not touch it: see `Shared::push_wc`.) Made by the first call: `EMFILE`/`ENFILE` if
+    /// no descriptor is left for it.
+    pub fn event_fd(&self) -> Result<RawFd, Errno> {
+        self.sh().export_event_fd()
     }
 
     /// The protection domain of the socket.
@@ -1288,10 +1293,10 @@ impl DdpSocket {
                 sh.drain_stale_signal();
                 return Ok(0);
             }
-            if !sh.cq_wait_begin() {
+            let Some(event_fd) = sh.cq_wait_begin()? else {
                 continue; // (a completion arrived meanwhile)
-            }
-            let r = g.wait(Some((sh.event_fd, libc::POLLIN)), left);
+            };
+            let r = g.wait(Some((event_fd, libc::POLLIN)), left);
             sh.cq_wait_end();
             r?;
         }
@@ -1516,7 +1521,6 @@ struct Fds {
     tcp: RawFd,
     app: RawFd,
     eng: RawFd,
-    event: RawFd,
 }
 
 impl Fds {
@@ -1525,7 +1529,6 @@ impl Fds {
             tcp: -1,
             app: -1,
             eng: -1,
-            event: -1,
         };
         f.tcp = sys::dup_cloexec_at_least(tcp_fd, super::HIGH_FD)
             .or_else(|_| sys::dup_cloexec_at_least(tcp_fd, 3))?;
@@ -1538,19 +1541,21 @@ impl Fds {
         );
         // (reads that ask say what is left in the kernel: `ConnState::stream_waiting`)
         let _ = sys::set_inq_hint(f.tcp);
-        let (a, e) = sys::socketpair(0)?;
+        // (both ends non-blocking from the start: the flags of the new file are known, so a
+        // blocking app end is one `F_SETFL`, not a `F_GETFL` and a `F_SETFL` per end)
+        let (a, e) = sys::socketpair(libc::SOCK_NONBLOCK)?;
         f.app = move_high(a)?;
         f.eng = move_high(e)?;
-        sys::set_nonblocking(f.eng, true)?;
-        sys::set_nonblocking(f.app, nonblocking)?;
-        f.event = move_high(sys::eventfd()?)?;
+        if !nonblocking {
+            sys::fcntl(f.app, libc::F_SETFL, libc::O_RDWR as libc::c_long)?;
+        }
         Ok(f)
     }
 }
 
 impl Drop for Fds {
     fn drop(&mut self) {
-        for fd in [self.tcp, self.app, self.eng, self.event] {
+        for fd in [self.tcp, self.app, self.eng] {
             if fd >= 0 {
                 let _ = sys::close(fd);
             }

@@ -304,7 +304,7 @@ pub unsafe extern "C" fn ddp_event_fd(fd: c_int) -> c_int {
     ret(with_sock(fd, |s| {
         // In a forked child the socket's engine is the parent's: info() says EOPNOTSUPP.
         s.info().map_err(errno)?;
-        Ok(s.event_fd())
+        s.event_fd().map_err(errno)
     }))
 }
 

@@ -109,13 +109,13 @@ pub fn check_tcp(fd: c_int) -> Result<(), Errno> {
     }
 }
 
-/// The entry of `fd` for a DDP option: its own, or a new pending entry for a TCP socket that
-/// has none yet (checking that it is one).
+/// The entry of `fd` for a DDP option: its own, or a new pending entry for a socket without
+/// one that the caller has found to be a TCP socket ([`check_tcp`]; not asked again here:
+/// three `getsockopt`s per connection fewer).
 pub fn entry_for_option(fd: c_int) -> Result<Ref, Errno> {
     if let Some(r) = Ref::of_fd(fd) {
         return Ok(r);
     }
-    check_tcp(fd)?;
     let r = Ref::new(Payload::Pending(std::sync::Mutex::new(Pending::new(None))))
         .ok_or(Errno(libc::ENOMEM))?;
     r.attach(fd);

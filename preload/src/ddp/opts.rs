@@ -198,6 +198,7 @@ pub unsafe fn set(
     }
     let r = match existing {
         Some(r) => r,
+        // (`existing` found it a TCP socket)
         None => super::entry_for_option(fd)?,
     };
     match mode {
