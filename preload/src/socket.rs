@@ -285,7 +285,8 @@ unsafe fn routed_accept(
                     _ => "",
                 }
             );
-            crate::ddp::accepted(&l, fd, nfd)
+            let nb = flags.is_some_and(|f| f & libc::SOCK_NONBLOCK != 0);
+            crate::ddp::accepted(&l, fd, nfd, nb)
         }
         None => {
             let _errno = ErrnoGuard::new();

@@ -3,7 +3,7 @@
 //! drives it for non-blocking sockets.
 //!
 //! Rules kept here: the TCP connect of a non-blocking initiator may still be in progress
-//! (the Request goes out once the socket is writable and `SO_ERROR` is 0); the Request/Reply
+//! (the Request goes out once the socket is writable without an error); the Request/Reply
 //! is written completely, in its own `send`, before any FPDU (tshark cannot decode an FPDU
 //! that shares a segment with the Reply, and TCP_NODELAY is set, so the Reply leaves alone);
 //! bytes read after the peer's frame belong to the FPDU stream and are handed on; a failed
@@ -151,10 +151,15 @@ impl Startup {
                 }
                 Err(e) => return Step::Failed(e),
             }
-            match sys::socket_error(fd) {
-                Ok(0) => {}
-                Ok(e) => return Step::Failed(Errno(e)),
-                Err(e) => return Step::Failed(e),
+            // A connect that failed is reported with POLLERR (and POLLHUP): only then is
+            // `SO_ERROR` asked (one `getsockopt` per connection fewer). A connection broken
+            // right after it was made fails the Request's `send` below instead.
+            if p[0].revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+                match sys::socket_error(fd) {
+                    Ok(0) => {}
+                    Ok(e) => return Step::Failed(Errno(e)),
+                    Err(e) => return Step::Failed(e),
+                }
             }
             let ini = Initiator::new(cfg.clone(), now).expect("options validated");
             self.hs = Handshake::Initiator(ini);

@@ -262,8 +262,9 @@ pub unsafe fn connect(
 
 /// After a real accept on a listener with pending DDP state: the accepted socket `nfd`
 /// inherits the listener's options; in DDP mode it runs the MPA exchange as responder.
-/// `nonblock_new` is the O_NONBLOCK the new fd must end with (accept4's SOCK_NONBLOCK).
-pub fn accepted(listener: &Pending, lfd: c_int, nfd: c_int) -> Result<c_int, Errno> {
+/// `nb` is the O_NONBLOCK the new fd must end with (accept4's SOCK_NONBLOCK: an accepted
+/// socket does not inherit the listener's on Linux, so it need not be asked).
+pub fn accepted(listener: &Pending, lfd: c_int, nfd: c_int, nb: bool) -> Result<c_int, Errno> {
     if !listener.mode {
         let mut p = Pending::new(Some(Role::Responder));
         p.opts = listener.opts.clone();
@@ -276,7 +277,6 @@ pub fn accepted(listener: &Pending, lfd: c_int, nfd: c_int) -> Result<c_int, Err
         crate::route::new_plain(nfd);
         return Ok(nfd);
     }
-    let nb = is_nonblocking(nfd).unwrap_or(false);
     let r = start(nfd, &listener.opts, Role::Responder, lnb).and_then(|()| {
         // The engine made the app fd (non-)blocking like the exchange; give it accept's.
         if lnb != nb {
