@@ -1242,7 +1242,9 @@ impl Drop for Shared {
         for fd in [self.tcp_fd, self.eng_end, self.app_end] {
             let _ = sys::close(fd);
         }
-        if let Some(fd) = lock(&self.cq).fd {
+        // (`get_mut`, not a lock: in a forked child a parent thread may have held it)
+        let cq = self.cq.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(fd) = cq.fd {
             let _ = sys::close(fd);
         }
     }
