@@ -1153,14 +1153,16 @@ impl Connection {
             return self.reject(ProtoError::MarkerMismatch, None);
         }
         let ddp = DdpRepr::parse_bytes(bytes).expect("length checked");
-        let ctx = ErrorContext {
+        // The offending segment's headers for a Terminate: copied only where a segment is
+        // rejected or collected (not for every accepted one).
+        let ctx = || ErrorContext {
             ulpdu_len: ulpdu_len as u16,
             ddp_header: TerminatedDdpHeader::from_ulpdu(bytes).expect("length checked"),
             read_request: None,
         };
         let opcode = match rdmap::check_header(&ddp) {
             Ok(op) => op,
-            Err(e) => return self.reject(e, Some(ctx)),
+            Err(e) => return self.reject(e, Some(ctx())),
         };
         let len = h.payload_len();
         let last = ddp.last;
@@ -1183,7 +1185,7 @@ impl Connection {
                             stag,
                             offset: t.offset,
                         },
-                        Err(e) => return self.reject(e, Some(ctx)),
+                        Err(e) => return self.reject(e, Some(ctx())),
                     }
                 };
                 self.rx = RxSeg::Place {
@@ -1214,26 +1216,26 @@ impl Connection {
                             rtr: false,
                         };
                     }
-                    Err(e) => self.reject(e, Some(ctx)),
+                    Err(e) => self.reject(e, Some(ctx())),
                 }
             }
             (Opcode::ReadRequest, DdpBuffer::Untagged { msn, mo, .. }) => {
                 if let Err(e) = self.rr_rx.check(msn, mo) {
-                    return self.reject(e, Some(ctx));
+                    return self.reject(e, Some(ctx()));
                 }
                 // A Read Request is exactly its 28-byte header in one segment. Longer is a
                 // message too long for the Read Request queue's element; shorter or split
                 // (L clear) is malformed, which RFC 5040 leaves to us (unspecified).
                 let body_len = ulpdu_len - bytes.len();
                 if body_len > READ_REQUEST_LEN {
-                    return self.reject(ProtoError::DdpMessageTooLong, Some(ctx));
+                    return self.reject(ProtoError::DdpMessageTooLong, Some(ctx()));
                 }
                 if body_len < READ_REQUEST_LEN || !last {
-                    return self.reject(ProtoError::RdmapUnspecified, Some(ctx));
+                    return self.reject(ProtoError::RdmapUnspecified, Some(ctx()));
                 }
                 self.rx = RxSeg::Collect {
                     what: Collecting::ReadRequest { msn },
-                    ctx,
+                    ctx: ctx(),
                     buf: Vec::with_capacity(READ_REQUEST_LEN),
                 };
             }
@@ -1241,7 +1243,7 @@ impl Connection {
                 // Whatever its MSN/MO: the peer is gone either way (siw does not check either).
                 self.rx = RxSeg::Collect {
                     what: Collecting::Terminate,
-                    ctx,
+                    ctx: ctx(),
                     buf: Vec::new(),
                 };
             }
@@ -1260,7 +1262,7 @@ impl Connection {
                     && last
                 {
                     if let Err(e) = self.send_rx.queue().check(msn, mo) {
-                        return self.reject(e, Some(ctx));
+                        return self.reject(e, Some(ctx()));
                     }
                     self.rx = RxSeg::Place {
                         opcode,
@@ -1307,11 +1309,11 @@ impl Connection {
                             rtr: false,
                         };
                     }
-                    Err(e) => self.reject(e, Some(ctx)),
+                    Err(e) => self.reject(e, Some(ctx())),
                 }
             }
             // check_header guarantees the buffer model matches the opcode
-            _ => self.reject(ProtoError::RdmapUnexpectedOpcode, Some(ctx)),
+            _ => self.reject(ProtoError::RdmapUnexpectedOpcode, Some(ctx())),
         }
     }
 
