@@ -849,7 +849,11 @@ impl DdpSocket {
                     // round of work): only the end of the hold (or the EOF after the last
                     // byte) is left to do.
                     st.flush_backlog(sh);
-                    sh.rearm(st);
+                    if st.inline > 1 {
+                        // (alone inside, this thread's leaving re-arms at once: `Inline`'s
+                        // drop, under the same lock)
+                        sh.rearm(st);
+                    }
                 } else {
                     sh.progress(st, None, false);
                 }
