@@ -1294,12 +1294,36 @@ impl ConnState {
     /// Writes the fast paths' framed message `t`; what the kernel does not take waits as the
     /// tail. With `completes`, completions it released go into the CQ.
     fn write_small_now(&mut self, sh: &Shared, t: Transmit, completes: bool) {
-        self.tail = Some(Tail {
-            t,
-            piece: 0,
-            off: 0,
-        });
+        let mut off = 0;
+        // The usual case first: the frame is one buffer and the kernel takes all of it. One
+        // `sendto` here, none of `flush_tx`'s general round (its checks before writing are
+        // the conditions below; what else it would do, nothing is queued for).
+        if let [TxPiece::Scratch(r)] = t.pieces.as_slice()
+            && self.bytes_tx < self.mss_check_at
+            && !self.tcp_shut_wr
+            && let Some(conn) = self.conn.as_mut()
+            && !(self.lowat && conn.reads_owed() > 0)
+            && let Ok(n) = sys::send(sh.tcp_fd, &t.scratch[r.clone()], libc::MSG_DONTWAIT)
+        {
+            conn.on_written(n as u64);
+            if n == r.len() && conn.transmit_idle() {
+                self.spare_tx = t;
+                if completes {
+                    let mut mem = SessionMem::new(&sh.engine.registry, None);
+                    self.settle(sh, &mut mem);
+                }
+                return;
+            }
+            off = n;
+        }
+        // (the rest, or an error the general round reports; a whole frame written with more
+        // to frame after it: the round goes on from the next)
         let mut mem = SessionMem::new(&sh.engine.registry, None);
+        if off < t.len() {
+            self.tail = Some(Tail { t, piece: 0, off });
+        } else {
+            self.spare_tx = t;
+        }
         match self.flush_tx(sh, &mut mem) {
             Ok(true) => {}
             // (the rest waits as the tail: the progress thread writes it when the kernel
