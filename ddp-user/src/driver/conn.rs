@@ -1295,6 +1295,7 @@ impl ConnState {
     /// tail. With `completes`, completions it released go into the CQ.
     fn write_small_now(&mut self, sh: &Shared, t: Transmit, completes: bool) {
         let mut off = 0;
+        let mut mem = SessionMem::new(&sh.engine.registry, None);
         // The usual case first: the frame is one buffer and the kernel takes all of it. One
         // `sendto` here, none of `flush_tx`'s general round (its checks before writing are
         // the conditions below; what else it would do, nothing is queued for).
@@ -1303,22 +1304,31 @@ impl ConnState {
             && !self.tcp_shut_wr
             && let Some(conn) = self.conn.as_mut()
             && !(self.lowat && conn.reads_owed() > 0)
-            && let Ok(n) = sys::send(sh.tcp_fd, &t.scratch[r.clone()], libc::MSG_DONTWAIT)
         {
-            conn.on_written(n as u64);
-            if n == r.len() && conn.transmit_idle() {
-                self.spare_tx = t;
-                if completes {
-                    let mut mem = SessionMem::new(&sh.engine.registry, None);
-                    self.settle(sh, &mut mem);
+            match sys::send(sh.tcp_fd, &t.scratch[r.clone()], libc::MSG_DONTWAIT) {
+                Ok(n) => {
+                    conn.on_written(n as u64);
+                    if n == r.len() && conn.transmit_idle() {
+                        self.spare_tx = t;
+                        if completes {
+                            self.settle(sh, &mut mem);
+                        }
+                        return;
+                    }
+                    off = n;
                 }
-                return;
+                Err(Errno::EAGAIN) => {}
+                Err(e) => {
+                    // (this error, not the next write's: after a reset the first write
+                    // says ECONNRESET, later ones EPIPE)
+                    self.spare_tx = t;
+                    self.tx_broke(sh, &mut mem, e);
+                    return sh.progress(self, None, false);
+                }
             }
-            off = n;
         }
-        // (the rest, or an error the general round reports; a whole frame written with more
-        // to frame after it: the round goes on from the next)
-        let mut mem = SessionMem::new(&sh.engine.registry, None);
+        // (the rest, or a whole frame written with more to frame after it: the general
+        // round goes on from there)
         if off < t.len() {
             self.tail = Some(Tail { t, piece: 0, off });
         } else {
@@ -1802,34 +1812,39 @@ impl ConnState {
                     self.keep_tail(mem);
                     return Ok(false);
                 }
-                Err(e) => {
-                    // The TCP connection broke under us: the stream is lost.
-                    self.tail = None;
-                    if self.so_error == 0 {
-                        self.so_error = e.0;
-                    }
-                    self.tcp_shut_wr = true;
-                    // The peer may have said why before it closed: a Terminate already in our
-                    // receive queue must be reported as such, not masked as a lost stream (the
-                    // kernel still delivers queued data after a reset). Bounded, non-blocking.
-                    let now = sh.engine.now();
-                    let mut buf = [0u8; 4096];
-                    for _ in 0..64 {
-                        if matches!(conn.state(), State::Error | State::Closed) {
-                            break;
-                        }
-                        match sys::recv(sh.tcp_fd, &mut buf, libc::MSG_DONTWAIT) {
-                            Ok(n) if n > 0 => {
-                                let _ = conn.handle_input(&buf[..n], mem, now);
-                            }
-                            _ => break,
-                        }
-                    }
-                    conn.handle_eof();
-                    return Err(e);
-                }
+                Err(e) => return Err(self.tx_broke(sh, mem, e)),
             }
         }
+    }
+
+    /// The TCP connection broke under a write (`e`, not `EAGAIN`): the stream is lost. The
+    /// peer may have said why before it closed: a Terminate already in our receive queue is
+    /// reported as such, not masked as a lost stream (the kernel still delivers queued data
+    /// after a reset). Bounded, non-blocking. Returns `e`.
+    fn tx_broke(&mut self, sh: &Shared, mem: &mut SessionMem<'_, '_, '_>, e: Errno) -> Errno {
+        self.tail = None;
+        if self.so_error == 0 {
+            self.so_error = e.0;
+        }
+        self.tcp_shut_wr = true;
+        let Some(conn) = self.conn.as_mut() else {
+            return e;
+        };
+        let now = sh.engine.now();
+        let mut buf = [0u8; 4096];
+        for _ in 0..64 {
+            if matches!(conn.state(), State::Error | State::Closed) {
+                break;
+            }
+            match sys::recv(sh.tcp_fd, &mut buf, libc::MSG_DONTWAIT) {
+                Ok(n) if n > 0 => {
+                    let _ = conn.handle_input(&buf[..n], mem, now);
+                }
+                _ => break,
+            }
+        }
+        conn.handle_eof();
+        e
     }
 
     /// The tail outlives this session: copy the bytes of registered regions it references
