@@ -1295,7 +1295,6 @@ impl ConnState {
     /// tail. With `completes`, completions it released go into the CQ.
     fn write_small_now(&mut self, sh: &Shared, t: Transmit, completes: bool) {
         let mut off = 0;
-        let mut mem = SessionMem::new(&sh.engine.registry, None);
         // The usual case first: the frame is one buffer and the kernel takes all of it. One
         // `sendto` here, none of `flush_tx`'s general round (its checks before writing are
         // the conditions below; what else it would do, nothing is queued for).
@@ -1311,6 +1310,7 @@ impl ConnState {
                     if n == r.len() && conn.transmit_idle() {
                         self.spare_tx = t;
                         if completes {
+                            let mut mem = SessionMem::new(&sh.engine.registry, None);
                             self.settle(sh, &mut mem);
                         }
                         return;
@@ -1322,6 +1322,7 @@ impl ConnState {
                     // (this error, not the next write's: after a reset the first write
                     // says ECONNRESET, later ones EPIPE)
                     self.spare_tx = t;
+                    let mut mem = SessionMem::new(&sh.engine.registry, None);
                     self.tx_broke(sh, &mut mem, e);
                     return sh.progress(self, None, false);
                 }
@@ -1329,6 +1330,7 @@ impl ConnState {
         }
         // (the rest, or a whole frame written with more to frame after it: the general
         // round goes on from there)
+        let mut mem = SessionMem::new(&sh.engine.registry, None);
         if off < t.len() {
             self.tail = Some(Tail { t, piece: 0, off });
         } else {
