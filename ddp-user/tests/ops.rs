@@ -594,3 +594,48 @@ fn stream_chained_reads_wrong_guesses() {
         assert!(c.rx_chained > 0 && c.rx_chain_misses > 0, "{c:?}");
     });
 }
+
+/// A nonblocking stream writer whose peer sends nothing reads no input as it writes: its
+/// TCP fd's input interest is armed with the progress thread, which would be told of any
+/// input, so a write does not also try a read (one `recvfrom` saying `EAGAIN` per write
+/// before). Every byte arrives, in order.
+#[test]
+fn a_writer_that_receives_nothing_does_not_read_per_write() {
+    bounded(60, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        const CHUNK: usize = 64 << 10;
+        const TOTAL: usize = 32 << 20;
+        let data = pattern(TOTAL, 93);
+        let reader = std::thread::spawn(move || recv_exact(&b, TOTAL));
+        let before = a.counters().expect("counters").rx_reads;
+        let (mut at, mut writes) = (0usize, 0u64);
+        while at < TOTAL {
+            let end = (at + CHUNK).min(TOTAL);
+            match a.send(&[std::io::IoSlice::new(&data[at..end])], libc::MSG_DONTWAIT) {
+                Ok(n) => {
+                    at += n;
+                    writes += 1;
+                }
+                Err(e) if e.0 == libc::EAGAIN => {
+                    assert!(
+                        poll_out(a.app_fd(), 10_000 * time_scale() as i32),
+                        "no POLLOUT within 10 s at {at} bytes"
+                    );
+                }
+                Err(e) => panic!("send: {e:?}"),
+            }
+        }
+        let reads = a.counters().expect("counters").rx_reads - before;
+        let got = reader.join().unwrap();
+        assert!(got[..] == data[..], "stream content differs");
+        eprintln!("{writes} writes, {reads} input reads");
+        assert!(writes >= 64, "{writes} writes");
+        // (before: one per write at least; some come with the kernel's back-pressure, when
+        // the progress thread's interest fired for POLLOUT and a write finds it disarmed)
+        assert!(
+            reads * 2 <= writes,
+            "{reads} input reads for {writes} writes of a writer that receives nothing"
+        );
+    });
+}

@@ -688,11 +688,13 @@ impl DdpSocket {
             // Input: not while the TCP fd is held lazily for a thread about to come back for
             // it (a request-response exchange: nothing has arrived yet, a read would only say
             // EAGAIN); the hold ends within LAZY_REARM and the progress thread takes over.
-            // Nor for a socket of an epoll group whose TCP fd is armed in the shadow: the
-            // shadow reports input (a read here would mostly say EAGAIN).
-            let read_input = waited
-                || (st.lazy_until.is_none()
-                    && !(st.group.is_some() && st.tcp_armed & libc::EPOLLIN as u32 != 0));
+            // Nor while its input interest is armed, with the progress thread or in an epoll
+            // group's shadow: input is reported there (a read here would mostly say EAGAIN,
+            // one `recvfrom` per write of a sender that receives nothing). A report that
+            // came while this thread is inside disarmed it (`Shared::on_event` leaves the
+            // input to this thread): then it is read here.
+            let read_input =
+                waited || (st.lazy_until.is_none() && st.tcp_armed & libc::EPOLLIN as u32 == 0);
             sh.progress(st, None, read_input);
             sh.end_lent(st);
             if done == total {
