@@ -796,3 +796,43 @@ fn stream_writer_keeps_little_unsent_until_a_work_request() {
         assert!(buf == msg, "Send content differs");
     });
 }
+
+/// A request-response loop keeps renewing the lazy hold of its TCP fd (one flag per visit,
+/// no clock read: `Shared::leave_inline`); once the application stops coming back, the hold
+/// must still end, so that input arriving then reaches the app fd through the progress
+/// thread. Checked by reading that input raw from the app fd (the library is not called).
+#[test]
+fn input_after_a_request_response_loop_reaches_the_app_fd() {
+    bounded(60, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        for i in 0..300u64 {
+            let req = pattern(64, i);
+            send_all(&a, &req);
+            assert_eq!(recv_exact(&b, 64), req, "request {i}");
+            let resp = pattern(64, i + 1_000_000);
+            send_all(&b, &resp);
+            assert_eq!(recv_exact(&a, 64), resp, "response {i}");
+        }
+        // `a` leaves the library alone now; `b` sends once more.
+        let last = pattern(100, 7);
+        send_all(&b, &last);
+        let fd = a.app_fd();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 256];
+        for _ in 0..100 {
+            if got.len() >= last.len() {
+                break;
+            }
+            assert!(
+                poll_in(fd, 2000),
+                "input after the loop did not reach the app fd ({} bytes so far)",
+                got.len()
+            );
+            let n = raw_read(fd, &mut buf);
+            assert!(n > 0, "read from the app fd: {n}");
+            got.extend_from_slice(&buf[..n as usize]);
+        }
+        assert_eq!(got, last);
+    });
+}

@@ -852,6 +852,12 @@ pub(crate) struct ConnState {
     /// The TCP fd stays with the application threads (disarmed in the progress thread's
     /// epoll) until this time although none is inside the library ([`super::LAZY_REARM`]).
     pub(crate) lazy_until: Option<Duration>,
+    /// An application thread left the library on this socket again while it was held
+    /// lazily: the hold goes on, and the progress thread's next visit at or after
+    /// `lazy_until` moves it to [`super::LAZY_REARM`] from then. Renewing by a flag instead of
+    /// a new `lazy_until` saves a clock read on every visit of a request-response loop; the
+    /// hold then ends at most one visit interval after the last visit, as before.
+    pub(crate) lazy_renewed: bool,
     /// The engine's clock as the last input round of the application threads now inside
     /// read it (`pump_input`); taken when the last one leaves, to date `lazy_until` and
     /// `hold_until` without another clock read. It is never later than the real time, so a
@@ -975,6 +981,7 @@ impl ConnState {
             pressed: false,
             app_sndbuf: 0,
             lazy_until: None,
+            lazy_renewed: false,
             tcp_armed: 0,
             eng_armed: 0,
             startup_events: libc::POLLOUT,

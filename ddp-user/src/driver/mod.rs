@@ -620,7 +620,13 @@ impl Engine {
                     due = Some(due.map_or(now + d, |x: Duration| x.min(now + d)));
                 }
             }
-            if let Some(d) = st.lazy_until {
+            if let Some(mut d) = st.lazy_until {
+                if st.lazy_renewed && now >= d && !st.finalized {
+                    // (renewed since the last visit: LAZY_REARM from now)
+                    st.lazy_renewed = false;
+                    d = now + LAZY_REARM;
+                    st.lazy_until = Some(d);
+                }
                 if st.finalized || (now >= d && st.inline == 0) {
                     sh.end_lazy(&mut st);
                 } else {
@@ -1040,10 +1046,13 @@ impl Shared {
             && !st.has_tail()
             && st.close_deadline.is_none()
         {
-            let first = st.lazy_until.is_none();
-            let at = now() + LAZY_REARM;
-            st.lazy_until = Some(at);
-            if first {
+            if st.lazy_until.is_some() {
+                // (no clock read: the progress thread's visit dates the renewal)
+                st.lazy_renewed = true;
+            } else {
+                let at = now() + LAZY_REARM;
+                st.lazy_until = Some(at);
+                st.lazy_renewed = false;
                 LAZY.fetch_add(1, Ordering::Relaxed);
                 self.mark_held(st);
                 self.engine.watch_deadline_at(self.id, Some(at));
