@@ -63,7 +63,7 @@ pub mod sys;
 
 pub use driver::group::{EpollGroup, GroupVisit};
 pub use driver::socket::{
-    Counters, DdpSocket, MAX_SGE, MORE, PollWait, SIGNALED, SOLICITED, WeakDdpSocket,
+    Counters, DdpSocket, MAX_SGE, MORE, PollEnter, PollWait, SIGNALED, SOLICITED, WeakDdpSocket,
     release_lazy_besides,
 };
 pub use driver::{

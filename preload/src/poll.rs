@@ -281,12 +281,16 @@ unsafe fn poll_inline(
             let Some(c) = r.conn() else {
                 continue;
             };
-            if c.sock.poll_held() {
-                held_now[h_n] = i;
-                h_n += 1;
-            } else if let Some(w) = c.sock.poll_wait() {
-                waits[k] = Some((i, w));
-                k += 1;
+            match c.sock.poll_enter() {
+                ddp_user::PollEnter::Held => {
+                    held_now[h_n] = i;
+                    h_n += 1;
+                }
+                ddp_user::PollEnter::Wait(w) => {
+                    waits[k] = Some((i, w));
+                    k += 1;
+                }
+                ddp_user::PollEnter::Kernel => {}
             }
             if k + h_n == MAX_INLINE {
                 break;
@@ -363,7 +367,8 @@ unsafe fn poll_inline(
         for (j, w) in waits[..k].iter().flatten().enumerate() {
             if ext[n + j].revents != 0 {
                 serviced = true;
-                if w.1.service() {
+                // (true: this call returns below; the wait ends with the round)
+                if w.1.service_last() {
                     // Stream data waits in the engine for this fd's next read: readable.
                     held = true;
                     let fd = ext[w.0].fd;

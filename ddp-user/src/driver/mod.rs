@@ -89,6 +89,10 @@ pub(crate) struct Engine {
     next_wake: AtomicU64,
     /// Receive buffers lent to `ConnState::pump_input` for one call (see `rx_buf_take`).
     rx_bufs: Mutex<Vec<Vec<u8>>>,
+    /// One more such buffer (`conn::BIG_READ` bytes long and allocated; null: none), taken
+    /// and given back with one atomic operation each instead of a lock and an unlock: the
+    /// one a request-response loop takes and gives back with every message.
+    rx_buf_hot: AtomicPtr<u8>,
     /// Sockets in `conns` (sizes each socket's share of the receive backlog budget).
     sockets: AtomicUsize,
     /// Bumped (and `flushed_cv` notified) when a closed socket has sent everything.
@@ -293,6 +297,7 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
         timed_groups: Mutex::new(HashSet::new()),
         next_wake: AtomicU64::new(0),
         rx_bufs: Mutex::new(Vec::new()),
+        rx_buf_hot: AtomicPtr::new(core::ptr::null_mut()),
         sockets: AtomicUsize::new(0),
         flushed: Mutex::new(0),
         flushed_cv: Condvar::new(),
@@ -471,6 +476,14 @@ impl Engine {
     /// (docs/performance.md). Never waits for the lock (a fork may have left it held): a busy
     /// or empty pool means a fresh buffer.
     pub(crate) fn rx_buf_take(&self) -> Vec<u8> {
+        let p = self
+            .rx_buf_hot
+            .swap(core::ptr::null_mut(), Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: `rx_buf_put` stored it from a `Vec<u8>` of exactly `BIG_READ` length and
+            // capacity that it forgot; the swap took it out, so it is ours alone.
+            return unsafe { Vec::from_raw_parts(p, conn::BIG_READ, conn::BIG_READ) };
+        }
         let b = self.rx_bufs.try_lock().ok().and_then(|mut p| p.pop());
         b.unwrap_or_else(|| vec![0; conn::BIG_READ])
     }
@@ -483,6 +496,22 @@ impl Engine {
 
     /// Returns a buffer from [`rx_buf_take`](Self::rx_buf_take) (kept if the pool is small).
     pub(crate) fn rx_buf_put(&self, b: Vec<u8>) {
+        let mut b = core::mem::ManuallyDrop::new(b);
+        if b.len() == conn::BIG_READ
+            && b.capacity() == conn::BIG_READ
+            && self
+                .rx_buf_hot
+                .compare_exchange(
+                    core::ptr::null_mut(),
+                    b.as_mut_ptr(),
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            return; // (the slot owns it now: see `rx_buf_take`)
+        }
+        let b = core::mem::ManuallyDrop::into_inner(b);
         if let Ok(mut p) = self.rx_bufs.try_lock()
             && p.len() < RX_BUF_POOL
         {

@@ -176,6 +176,26 @@ impl Drop for Inline<'_> {
 /// gives the socket back to the progress thread (level-triggered: nothing is lost).
 pub struct PollWait {
     sock: DdpSocket,
+    /// [`PollWait::events`] as they were when the wait was made, for its first call (one
+    /// lock less per `poll`); taken by it.
+    first_events: core::cell::Cell<Option<i16>>,
+    /// Whether the socket was held lazily, and held stream data, when the wait was made:
+    /// what [`release_lazy_besides`] counts (a thread inside on a socket keeps both as they
+    /// are until it leaves, except that a round of its own may start a hold).
+    lazy: bool,
+    held: bool,
+    /// [`PollWait::service_last`] left the socket already: nothing for `drop` to do.
+    left: core::cell::Cell<bool>,
+}
+
+/// What `poll` does with a socket it is asked `POLLIN` of ([`DdpSocket::poll_enter`]).
+pub enum PollEnter {
+    /// Stream data is held for the socket's next `recv`: report `POLLIN` on its fd now.
+    Held,
+    /// Wait on the socket's TCP fd and serve its input in the calling thread.
+    Wait(PollWait),
+    /// Nothing to gain: leave the fd to the kernel.
+    Kernel,
 }
 
 /// [`crate::release_lazy`] for a thread about to block with `waits` in its wait set: skipped
@@ -200,9 +220,9 @@ pub fn release_lazy_besides<'a>(waits: impl IntoIterator<Item = &'a PollWait>) {
         }
         seen[n_seen] = sh.id;
         n_seen += 1;
-        let st = sh.lock();
-        lazy += usize::from(st.lazy_until.is_some());
-        held += usize::from(st.hold_until.is_some());
+        // (as they were when the wait was made: no lock here)
+        lazy += usize::from(w.lazy);
+        held += usize::from(w.held);
     }
     if crate::driver::lazy_held_beyond(lazy, held) {
         crate::driver::release_lazy();
@@ -215,8 +235,12 @@ impl PollWait {
         self.sock.sh().tcp_fd
     }
 
-    /// The events to ask for on [`PollWait::tcp_fd`] now (0: none; leave it out).
+    /// The events to ask for on [`PollWait::tcp_fd`] now (0: none; leave it out). The first
+    /// call answers what they were when the wait was made.
     pub fn events(&self) -> i16 {
+        if let Some(ev) = self.first_events.take() {
+            return ev;
+        }
         let st = self.sock.sh().lock();
         tcp_events(&st)
     }
@@ -242,6 +266,19 @@ impl PollWait {
         self.service_as(false);
     }
 
+    /// [`PollWait::service`] by a caller that returns at once when it says true: the wait
+    /// then ends here, under the same lock (as dropping it would, one lock less).
+    pub fn service_last(&self) -> bool {
+        let sh = self.sock.sh();
+        let mut st = sh.lock();
+        let held = sh.serve_round(&mut st, true);
+        if held {
+            self.left.set(true);
+            leave_poll(sh, &mut st);
+        }
+        held
+    }
+
     fn service_as(&self, may_hold: bool) -> bool {
         let sh = self.sock.sh();
         sh.serve_round(&mut sh.lock(), may_hold)
@@ -250,14 +287,27 @@ impl PollWait {
 
 impl Drop for PollWait {
     fn drop(&mut self) {
-        let sh = self.sock.sh();
-        let mut st = sh.lock();
-        st.pollers -= 1;
-        st.inline -= 1;
-        if st.inline == 0 {
-            sh.leave_inline(&mut st);
+        if self.left.get() {
+            return;
         }
+        let sh = self.sock.sh();
+        leave_poll(sh, &mut sh.lock());
     }
+}
+
+/// A thread waiting in `poll` on the socket leaves it ([`PollWait`]).
+fn leave_poll(sh: &Shared, st: &mut ConnState) {
+    st.pollers -= 1;
+    st.inline -= 1;
+    if st.inline == 0 {
+        sh.leave_inline(st);
+    }
+}
+
+/// Whether stream data is held for the reader that was told of it (see
+/// [`DdpSocket::epoll_held`]).
+fn held_for_reader(st: &ConnState) -> bool {
+    st.hold && (!st.backlog.is_empty() || st.announced) && !st.rd_shut && !st.finalized
 }
 
 /// What an inline waiter polls the TCP fd for on an open connection.
@@ -486,6 +536,26 @@ impl DdpSocket {
         self.epoll_held().is_some()
     }
 
+    /// For `poll`/`ppoll` asking for `POLLIN` on the app fd, under one lock: held data
+    /// ([`DdpSocket::poll_held`]), else a wait in the calling thread
+    /// ([`DdpSocket::poll_wait`]).
+    pub fn poll_enter(&self) -> PollEnter {
+        let sh = self.sh();
+        if sh.in_child() {
+            return PollEnter::Kernel;
+        }
+        let mut st = sh.lock();
+        st.poll_reader = true;
+        if held_for_reader(&st) {
+            sh.note_hold(&mut st);
+            return PollEnter::Held;
+        }
+        match self.wait_locked(st) {
+            Some(w) => PollEnter::Wait(w),
+            None => PollEnter::Kernel,
+        }
+    }
+
     /// For `poll`/`ppoll` asking only for `POLLOUT` on the app fd: whether the kernel would
     /// answer exactly `POLLOUT` for it now, so that the caller may answer without asking it.
     /// The app fd is the socketpair's app end, writable unless sends spilled into it; true
@@ -526,9 +596,7 @@ impl DdpSocket {
         }
         let mut st = sh.lock();
         st.poll_reader = true;
-        let held =
-            st.hold && (!st.backlog.is_empty() || st.announced) && !st.rd_shut && !st.finalized;
-        if held {
+        if held_for_reader(&st) {
             sh.note_hold(&mut st);
             Some(st.bytes_rx + st.announces)
         } else {
@@ -559,7 +627,11 @@ impl DdpSocket {
         if sh.in_child() {
             return None;
         }
-        let mut st = sh.lock();
+        self.wait_locked(sh.lock())
+    }
+
+    fn wait_locked(&self, mut st: MutexGuard<'_, ConnState>) -> Option<PollWait> {
+        let sh = self.sh();
         // Data held for a reader that polls again instead: into the socketpair, where the
         // kernel reports it.
         if st.hold {
@@ -574,8 +646,15 @@ impl DdpSocket {
             sh.disarm_tcp(&mut st);
         }
         sh.rearm(&mut st); // (EPOLLOUT for an unsent tail stays with the progress thread)
+        let w = PollWait {
+            sock: self.clone(),
+            first_events: core::cell::Cell::new(Some(tcp_events(&st))),
+            lazy: st.lazy_until.is_some(),
+            held: st.hold_until.is_some(),
+            left: core::cell::Cell::new(false),
+        };
         drop(st);
-        Some(PollWait { sock: self.clone() })
+        Some(w)
     }
 
     /// Stream send (plain `write`/`send`/`writev`/`sendmsg`): the bytes are copied, framed
