@@ -1054,7 +1054,20 @@ impl Connection {
         let mut at = 0;
         loop {
             let r = if let Some(w) = self.deframer.whole(data, &mut at) {
-                // A whole FPDU in the input, its CRC good: the same steps as below.
+                // A whole FPDU in the input, its CRC good: the same steps as below, in one
+                // step for the commonest kind (see `stream_send`).
+                if self.stream_send(&w.header) {
+                    self.stats.fpdus_in += 1;
+                    self.stats.bytes_placed_buffered += w.payload.len() as u64;
+                    self.stream_mo = 0;
+                    self.stream_msg = w.payload.len();
+                    self.send_rx.end_segment(w.payload.len() as u32, true);
+                    mem.deliver_stream(&data[w.payload]);
+                    if at == data.len() {
+                        break; // (at an FPDU boundary: `next` would say `NeedMore`)
+                    }
+                    continue;
+                }
                 self.on_header(&w.header, mem);
                 let verified = self.stream_buf.is_empty() && self.stream_placed == 0;
                 if !w.payload.is_empty() {
@@ -1092,6 +1105,31 @@ impl Connection {
             }
         }
         Ok(data.len())
+    }
+
+    /// Whether a whole FPDU with this header is a plain Send that a stream-mode reader takes
+    /// as it is: one untagged segment that ends its message (DDP control octet `0x41`, RDMAP
+    /// `0x43`: versions 1, no reserved bits), queue 0, the expected MSN, MO 0, a payload, on
+    /// a connection with nothing of another FPDU under way, no RTR awaited and no receive
+    /// posted. What `on_header`, `payload_piece` and `on_end` do for such a segment is then
+    /// known without running them: its payload goes to the stream, its MSN is used up, and
+    /// nothing else changes but the counters. Anything else takes the general steps, which
+    /// also find every error (so the shortcut can only be stricter than they are).
+    fn stream_send(&self, h: &UlpduHeader) -> bool {
+        let b = h.bytes();
+        b.len() == UNTAGGED_HEADER_LEN
+            && h.payload_len() > 0
+            && b[0] == 0x41
+            && b[1] == 0x43
+            && b[6..10] == [0; 4]
+            && b[14..18] == [0; 4]
+            && u32::from_be_bytes([b[10], b[11], b[12], b[13]])
+                == self.send_rx.queue().expected_msn()
+            && !self.hold_for_rtr
+            && matches!(self.rx, RxSeg::Idle)
+            && self.stream_buf.is_empty()
+            && self.stream_placed == 0
+            && self.send_rx.takes_stream()
     }
 
     /// A payload piece `data[range]`; `verified`: it is a stream FPDU's whole payload whose

@@ -406,6 +406,112 @@ fn mulpdu_change_applies_to_later_messages() {
     assert_eq!(p.a.completions().len(), 2);
 }
 
+/// A whole plain Send in stream mode is taken in one step (`Connection::handle_input`'s
+/// shortcut); any other FPDU, or any state the shortcut does not cover, takes the general
+/// steps. Random FPDU streams (good Sends, and Sends with a wrong MSN, queue, MO, version,
+/// reserved bit, opcode, L bit, CRC or ULP field; zero-length ones; receives posted or not)
+/// fed whole, where the shortcut applies, and a byte at a time, where it never does, must
+/// leave the receiver in the same place: the same stream, completions, counters, state,
+/// error, and the same bytes sent back (the Terminate).
+#[test]
+fn whole_stream_sends_match_the_general_steps() {
+    let mut shortcut_streams = 0;
+    for seed in 0..300u64 {
+        let mut rng = Rng::new(seed);
+        let crc = seed % 5 != 4;
+        let mut stream = Vec::new();
+        let mut msn = 1u32;
+        let mut good = true;
+        for _ in 0..1 + rng.below(10) {
+            let payload: Vec<u8> = (0..rng.below(300)).map(|_| rng.below(256) as u8).collect();
+            let kind = rng.below(24);
+            let last = kind != 20;
+            let mut u = ulpdu(
+                &RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, last),
+                &payload,
+            );
+            match kind {
+                13 => u[10..14].copy_from_slice(&(msn + 1).to_be_bytes()), // MSN
+                14 => u[9] = 1 + rng.below(3) as u8,                       // queue
+                15 => u[17] = 1 + rng.below(255) as u8,                    // MO
+                16 => u[0] = [0x40, 0x42, 0x45, 0x61, 0xc1][rng.below(5) as usize], // DDP ctrl
+                17 => u[1] = [0x03, 0x83, 0x53, 0x45, 0x41][rng.below(5) as usize], // RDMAP ctrl
+                18 => u[2 + rng.below(4) as usize] = 1 + rng.below(255) as u8, // ULP field
+                _ => {}
+            }
+            let mut f = fpdu(&u, crc);
+            if kind == 19 && crc {
+                let at = rng.below(f.len() as u64) as usize;
+                f[at] ^= 1 << rng.below(8);
+            }
+            stream.extend_from_slice(&f);
+            good &= kind < 13 && !payload.is_empty();
+            if last {
+                msn += 1;
+            } else {
+                // the message goes on: its next segment, at the MO after this one
+                let rest = [7u8; 5];
+                let u = ulpdu(
+                    &RdmapHeader::new(
+                        RdmapMessage::Send {
+                            msn,
+                            mo: payload.len() as u32,
+                        },
+                        true,
+                    ),
+                    &rest,
+                );
+                stream.extend_from_slice(&fpdu(&u, crc));
+                msn += 1;
+            }
+        }
+        let recvs = rng.below(4) == 0;
+        shortcut_streams += usize::from(good && !recvs);
+        let run = |chunking| {
+            let mut p = Pair::new(Opts {
+                mode_b: RecvMode::Stream,
+                crc,
+                chunking,
+                mem_size: 16384,
+                seed,
+                ..Opts::default()
+            });
+            if recvs {
+                p.b.conn
+                    .post_recv(3, &[Sge::new(BASE + 8192, 200)])
+                    .unwrap();
+            }
+            p.b.inbox = stream.clone();
+            p.drive();
+            let st = p.b.conn.stats();
+            (
+                p.b.mem.stream.clone(),
+                p.b.recv_completions(),
+                (st.fpdus_in, st.bytes_placed_buffered, st.crc_errors),
+                p.b.conn.state(),
+                p.b.conn.error(),
+                p.b.sent.clone(),
+                p.b.mem.bytes(BASE + 8192, 200).to_vec(),
+            )
+        };
+        let (whole, bytes) = (run(Chunking::Whole), run(Chunking::Bytes));
+        assert!(
+            whole == bytes,
+            "seed {seed}: fed whole {:?}, a byte at a time {:?}",
+            (&whole.1, whole.2, whole.3, whole.4, whole.0.len()),
+            (&bytes.1, bytes.2, bytes.3, bytes.4, bytes.0.len())
+        );
+        if good && !recvs {
+            assert_eq!(whole.3, State::Open, "seed {seed}");
+            assert!(!whole.0.is_empty(), "seed {seed}");
+        }
+    }
+    assert!(
+        shortcut_streams > 20,
+        "{shortcut_streams} streams of good Sends only"
+    );
+}
+
 /// Stream data goes to the application before its FPDU's End only when its CRC is already
 /// known good: a flipped payload or CRC bit in an FPDU that arrives whole delivers nothing of
 /// it (the FPDUs before it are delivered, the connection fails with a CRC error).

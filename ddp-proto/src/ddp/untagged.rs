@@ -227,6 +227,16 @@ impl SendRx {
         &self.queue
     }
 
+    /// Whether the next segment, if it starts a message at MO 0, goes to the stream: stream
+    /// mode, no receive posted, no message under way.
+    pub fn takes_stream(&self) -> bool {
+        self.mode == RecvMode::Stream
+            && self.current.is_none()
+            && self.posted.is_empty()
+            && !self.queue.in_message
+            && self.queue.mo == 0
+    }
+
     /// The sink of the message in progress, if any.
     pub fn current(&self) -> Option<&SendSink> {
         self.current.as_ref()
