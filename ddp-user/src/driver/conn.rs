@@ -375,6 +375,20 @@ impl Backlog {
         k
     }
 
+    /// Copies as much as fits into `dst` and consumes it; returns how much (one buffer: the
+    /// plain `recv`/`read`, with no sink to build).
+    pub(crate) fn drain_to(&mut self, dst: &mut [u8]) -> usize {
+        let mut total = 0;
+        while total < dst.len() && !self.is_empty() {
+            let f = self.front();
+            let n = f.len().min(dst.len() - total);
+            dst[total..total + n].copy_from_slice(&f[..n]);
+            total += n;
+            self.consume(n);
+        }
+        total
+    }
+
     /// Copies up to `out`'s capacity into the caller's buffers (via `put`) and consumes it.
     pub(crate) fn drain_into(&mut self, mut put: impl FnMut(&[u8]) -> usize) -> usize {
         let mut total = 0;

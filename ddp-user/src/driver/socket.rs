@@ -922,9 +922,13 @@ impl DdpSocket {
                 }
             } else if !st.backlog.is_empty() {
                 // 2. Then what the socketpair could not take.
-                let mut sink = UserSink::new(bufs, filled);
                 let held = st.hold;
-                filled += st.backlog.drain_into(|d| sink.put(d));
+                filled += if let [one] = bufs {
+                    st.backlog.drain_to(&mut one[filled..])
+                } else {
+                    let mut sink = UserSink::new(bufs, filled);
+                    st.backlog.drain_into(|d| sink.put(d))
+                };
                 if held && !st.has_tail() {
                     // Data held for us after an inline poll (nothing else happened since that
                     // round of work): only the end of the hold (or the EOF after the last
