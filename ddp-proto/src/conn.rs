@@ -554,6 +554,18 @@ pub struct Connection {
     closed_reported: bool,
 }
 
+/// The header of a plain Send that ends its message (`RdmapHeader::new(RdmapMessage::Send
+/// { msn, mo }, true)` emitted, built in place: DDP control `0x41`, RDMAP control `0x43`,
+/// queue 0), the mirror of what [`Connection::stream_send`] accepts.
+fn plain_send_header(msn: u32, mo: u32) -> [u8; UNTAGGED_HEADER_LEN] {
+    let mut b = [0u8; UNTAGGED_HEADER_LEN];
+    b[0] = 0x41;
+    b[1] = 0x43;
+    b[10..14].copy_from_slice(&msn.to_be_bytes());
+    b[14..18].copy_from_slice(&mo.to_be_bytes());
+    b
+}
+
 impl Connection {
     /// A connection in full operation after the MPA exchange `neg`, on the side `role`.
     pub fn new(role: Role, neg: &Negotiated, cfg: ConnConfig) -> Result<Connection, ConfigError> {
@@ -2087,9 +2099,14 @@ impl Connection {
         t.scratch.clear();
         t.pieces.clear();
         self.tx_qn[0].take();
-        let h = RdmapHeader::new(m, true);
         let mut hb = [0u8; 80];
-        let n = h.emit(&mut hb).expect("our headers are consistent and fit");
+        let n = if let RdmapMessage::Send { msn, mo } = m {
+            hb[..UNTAGGED_HEADER_LEN].copy_from_slice(&plain_send_header(msn, mo));
+            UNTAGGED_HEADER_LEN
+        } else {
+            let h = RdmapHeader::new(m, true);
+            h.emit(&mut hb).expect("our headers are consistent and fit")
+        };
         if self
             .framer
             .frame_contiguous(&hb[..n], payload, &mut t.scratch)
@@ -2614,5 +2631,26 @@ fn read_request_ctx(req: ReadRequestBody, msn: u32) -> ErrorContext {
         ulpdu_len: b.len() as u16,
         ddp_header: TerminatedDdpHeader::from_ulpdu(&b).expect("46 bytes"),
         read_request: Some(req),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain Send header built in place is the one the wire module emits.
+    #[test]
+    fn plain_send_header_is_the_emitted_one() {
+        for (msn, mo) in [(1, 0), (2, 0), (0x0102_0304, 7), (u32::MAX, u32::MAX)] {
+            let mut b = [0u8; 80];
+            let n = RdmapHeader::new(RdmapMessage::Send { msn, mo }, true)
+                .emit(&mut b)
+                .unwrap();
+            assert_eq!(
+                &b[..n],
+                &plain_send_header(msn, mo)[..],
+                "msn {msn} mo {mo}"
+            );
+        }
     }
 }
