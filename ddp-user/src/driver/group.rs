@@ -284,7 +284,7 @@ impl EpollGroup {
             sh.disarm_tcp(&mut st);
             return false;
         }
-        sh.serve_round(&mut st, may_hold)
+        sh.serve_round(&mut st, may_hold, true)
     }
 }
 

@@ -887,6 +887,18 @@ impl Shared {
         sink: Option<&mut UserSink<'_>>,
         read_input: bool,
     ) {
+        self.progress_as(st, sink, read_input, true);
+    }
+
+    /// [`Shared::progress`]; without `rearm`, the caller brings the epoll interest in line
+    /// itself before it lets go of the lock (`rearm` or `leave_inline`).
+    fn progress_as(
+        &self,
+        st: &mut ConnState,
+        sink: Option<&mut UserSink<'_>>,
+        read_input: bool,
+        rearm: bool,
+    ) {
         if st.finalized {
             return;
         }
@@ -915,7 +927,9 @@ impl Shared {
         if st.close_deadline.is_some() && st.close_done() {
             self.finalize(st);
         }
-        self.rearm(st);
+        if rearm {
+            self.rearm(st);
+        }
         if self.user_closed.load(Ordering::Relaxed) && st.flushed() {
             self.engine.note_flushed();
         }
@@ -924,8 +938,9 @@ impl Shared {
     /// One round of the socket's work for an application thread its TCP fd was reported
     /// ready to ([`socket::PollWait::service`], [`group::EpollGroup::service`]): with
     /// `may_hold`, stream data that finds the socketpair empty is held for the reader (true:
-    /// the caller must report it readable; see `ConnState::hold`).
-    pub(crate) fn serve_round(&self, st: &mut ConnState, may_hold: bool) -> bool {
+    /// the caller must report it readable; see `ConnState::hold`). Without `rearm`, the
+    /// caller brings the epoll interest in line before it lets go of the lock.
+    pub(crate) fn serve_round(&self, st: &mut ConnState, may_hold: bool, rearm: bool) -> bool {
         st.poll_reader = may_hold;
         // (a backlog already waiting is the front of the stream while the socketpair is
         // empty: it is held too, and read before what arrives now)
@@ -936,14 +951,14 @@ impl Shared {
             if !st.has_pending_input() && st.stream_waiting(self) {
                 st.announced = true;
                 st.announces += 1;
-                self.progress(st, None, false);
+                self.progress_as(st, None, false, rearm);
                 if st.hold {
                     self.note_hold(st);
                 }
                 return st.hold;
             }
         }
-        self.progress(st, None, true);
+        self.progress_as(st, None, true, rearm);
         // (flush_backlog ends the hold at once if nothing stream-like arrived)
         if st.hold {
             self.note_hold(st);

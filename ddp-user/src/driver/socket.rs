@@ -271,17 +271,23 @@ impl PollWait {
     pub fn service_last(&self) -> bool {
         let sh = self.sock.sh();
         let mut st = sh.lock();
-        let held = sh.serve_round(&mut st, true);
+        // (one re-arm, after the round or as this thread leaves, not one for each)
+        let held = sh.serve_round(&mut st, true, false);
         if held {
             self.left.set(true);
             leave_poll(sh, &mut st);
+            if st.inline > 0 {
+                sh.rearm(&mut st); // (not left: another thread is inside)
+            }
+        } else {
+            sh.rearm(&mut st);
         }
         held
     }
 
     fn service_as(&self, may_hold: bool) -> bool {
         let sh = self.sock.sh();
-        sh.serve_round(&mut sh.lock(), may_hold)
+        sh.serve_round(&mut sh.lock(), may_hold, true)
     }
 }
 
