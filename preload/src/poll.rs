@@ -210,8 +210,6 @@ unsafe fn poll_inline(
     own_array: bool,
     call: impl Fn(*mut pollfd, nfds_t, Option<core::time::Duration>) -> c_int,
 ) -> Result<c_int, Errno> {
-    let mut waits: [Option<(usize, ddp_user::PollWait)>; MAX_INLINE] = Default::default();
-    let mut k = 0;
     // The caller's entries (copied in below) and one per wait: only the first `n + k` entries
     // are ever written or read, so the array is not filled first (64 entries on every call).
     let mut stack_mem = core::mem::MaybeUninit::<[pollfd; STACK_FDS]>::uninit();
@@ -246,6 +244,9 @@ unsafe fn poll_inline(
             }
         }
     }
+    // (declared here: the answer above drops no array of waits)
+    let mut waits: [Option<(usize, ddp_user::PollWait)>; MAX_INLINE] = Default::default();
+    let mut k = 0;
     // Only sets that fit the stack copy, in a process with DDP sockets.
     if ddp_user::engine_started() && n > 0 && n as usize + MAX_INLINE <= STACK_FDS {
         if !own_array && !on_main_stack(fds.cast(), n as usize * core::mem::size_of::<pollfd>()) {
