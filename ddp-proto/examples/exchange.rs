@@ -546,14 +546,13 @@ fn transmit(
     to: &mut Side,
     dir: Dir,
     wire: &mut Wire,
-    now: Duration,
 ) -> Result<bool> {
     let mut moved = false;
     while let Some(t) = from.conn.poll_transmit(&from.mem) {
         let bytes = t.gather(&from.mem);
         wire.observe(dir, &bytes)?;
         to.conn
-            .handle_input(&bytes, &mut to.mem, now)
+            .handle_input(&bytes, &mut to.mem)
             .map_err(|e| format!("{} refused what it received: {e}", to.name))?;
         from.conn.on_written(bytes.len() as u64);
         moved = true;
@@ -568,8 +567,8 @@ fn transmit(
 fn pump(a: &mut Side, b: &mut Side, wire: &mut Wire, now: &mut Duration) -> Result {
     loop {
         *now += Duration::from_micros(10);
-        let moved_out = transmit(a, b, Dir::Out, wire, *now)?;
-        let moved_back = transmit(b, a, Dir::Back, wire, *now)?;
+        let moved_out = transmit(a, b, Dir::Out, wire)?;
+        let moved_back = transmit(b, a, Dir::Back, wire)?;
         if !moved_out && !moved_back {
             return Ok(());
         }

@@ -1058,7 +1058,6 @@ impl Connection {
         &mut self,
         data: &[u8],
         mem: &mut M,
-        _now: Duration,
     ) -> Result<usize, ProtoError> {
         if matches!(self.state, State::Error | State::Closed) {
             return Ok(data.len());

@@ -1588,10 +1588,7 @@ impl Side {
             }
             .min(data.len() - off);
             let n = if self.direct { n.min(24) } else { n };
-            match self
-                .conn
-                .handle_input(&data[off..off + n], &mut self.mem, T0)
-            {
+            match self.conn.handle_input(&data[off..off + n], &mut self.mem) {
                 Ok(used) => assert_eq!(used, n, "input not consumed"),
                 Err(e) => assert_eq!(self.conn.error(), Some(e), "error not recorded"),
             }

@@ -307,10 +307,7 @@ impl Pair {
                 limit - off
             };
             let n = chunk(&mut self.rng, self.opts.chunking, want);
-            if let Err(e) = s
-                .conn
-                .handle_input(&data[off..off + n], &mut s.mem, self.now)
-            {
+            if let Err(e) = s.conn.handle_input(&data[off..off + n], &mut s.mem) {
                 s.errors.push(e);
             }
             off += n;

@@ -1136,7 +1136,7 @@ fn unsent_len_is_the_exact_stream_bytes_left() {
         let queued = p.a.conn.unsent_len();
         let a_out = drain_checking_unsent(&mut p.a);
         assert_eq!(queued, a_out.len() as u64, "crc {crc}");
-        p.b.conn.handle_input(&a_out, &mut p.b.mem, p.now).unwrap();
+        p.b.conn.handle_input(&a_out, &mut p.b.mem).unwrap();
         drain_events(&mut p.b);
         assert!(p.b.errors.is_empty(), "{:?}", p.b.errors);
         assert_eq!(p.b.conn.reads_owed(), 2);
@@ -1145,7 +1145,7 @@ fn unsent_len_is_the_exact_stream_bytes_left() {
         assert_eq!(owed, b_out.len() as u64, "crc {crc}");
         assert!(owed > 10_000, "{owed}");
         // and the responses complete A's reads
-        p.a.conn.handle_input(&b_out, &mut p.a.mem, p.now).unwrap();
+        p.a.conn.handle_input(&b_out, &mut p.a.mem).unwrap();
         drain_events(&mut p.a);
         assert_eq!(p.a.completions().len(), 5);
         assert_eq!(p.a.conn.unsent_len(), 0);

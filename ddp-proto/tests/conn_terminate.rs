@@ -45,8 +45,7 @@ fn run(mut p: Pair, trigger: Trigger, case: Case) -> Pair {
         Trigger::Ops => {}
         Trigger::Inject(u) => {
             let wire = fpdu(&u, p.opts.crc);
-            let now = p.now;
-            let r = p.b.conn.handle_input(&wire, &mut p.b.mem, now);
+            let r = p.b.conn.handle_input(&wire, &mut p.b.mem);
             assert_eq!(r, Err(case.err));
             drain_events(&mut p.b);
         }
@@ -701,7 +700,7 @@ fn llp_marker_mismatch_implausible_length() {
     let before = p.b.mem.checksum_outside_regions();
     let r =
         p.b.conn
-            .handle_input(&[0, 0, 0, 0, 0, 0, 0, 0], &mut p.b.mem, p.now);
+            .handle_input(&[0, 0, 0, 0, 0, 0, 0, 0], &mut p.b.mem);
     assert_eq!(r, Err(ProtoError::MarkerMismatch));
     p.drive();
     assert_eq!(
@@ -721,10 +720,9 @@ fn peer_terminate_flushes_everything() {
     let mut h = send_hdr(1, 0, true);
     h.ddp.ddp_version = 3;
     // A receives garbage and terminates; B sees the peer's Terminate
-    let now = p.now;
     assert!(
         p.a.conn
-            .handle_input(&fpdu(&ulpdu(&h, &[]), true), &mut p.a.mem, now)
+            .handle_input(&fpdu(&ulpdu(&h, &[]), true), &mut p.a.mem)
             .is_err()
     );
     p.drive();
@@ -753,8 +751,7 @@ fn peer_terminate_with_truncated_body_is_reported_not_fatal() {
     let mut u = vec![0x41, 0x47, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0];
     // Terminate Control cut after 3 bytes: layer 0, etype 1, ecode 2, and M|D|R all set.
     u.extend_from_slice(&[0x01, 0x02, 0xe0]);
-    let now = p.now;
-    let r = p.b.conn.handle_input(&fpdu(&u, true), &mut p.b.mem, now);
+    let r = p.b.conn.handle_input(&fpdu(&u, true), &mut p.b.mem);
     assert!(r.is_ok(), "{r:?}");
     p.drive();
     let t =

@@ -415,11 +415,10 @@ fn input_from(
     rx_buf: &mut Vec<u8>,
     n: usize,
     mem: &mut SessionMem<'_, '_, '_>,
-    now: Duration,
     sh: &Shared,
 ) {
     mem.begin_input(&rx_buf[..n]);
-    let _ = conn.handle_input(&rx_buf[..n], mem, now);
+    let _ = conn.handle_input(&rx_buf[..n], mem);
     let refs = mem.end_input();
     let held: usize = refs.iter().map(|r| r.len()).sum();
     if held >= KEEP_READ_MIN {
@@ -635,7 +634,6 @@ fn read_chain(
     mem: &mut SessionMem<'_, '_, '_>,
     c: &ChainPlan,
     counts: &mut RxCounts,
-    now: Duration,
     sh: &Shared,
 ) -> Result<usize, Errno> {
     let gaps: usize = c.gaps[..c.n].iter().map(|g| g.len).sum();
@@ -665,7 +663,7 @@ fn read_chain(
         if k > 0 && !(at_start() && mem.stream_chain_at(&chain, k)) {
             let back = chain_back(mem, &chain, c, rx_buf, 2 * k, rest);
             counts.chain_misses += 1;
-            feed(conn, backlog, rx_buf, mem, &back, now, sh);
+            feed(conn, backlog, rx_buf, mem, &back, sh);
             return Ok(n);
         }
         let placed = rest.min(len);
@@ -680,12 +678,12 @@ fn read_chain(
             // (the gap is whole: bytes came after it)
             let back = chain_back(mem, &chain, c, rx_buf, 2 * k + 1, g + rest);
             counts.chain_misses += 1;
-            feed(conn, backlog, rx_buf, mem, &back, now, sh);
+            feed(conn, backlog, rx_buf, mem, &back, sh);
             return Ok(n);
         }
         if g > 0 {
             rx_buf.copy_within(gap_at..gap_at + g, 0);
-            input_from(conn, backlog, rx_buf, g, mem, now, sh);
+            input_from(conn, backlog, rx_buf, g, mem, sh);
         }
         gap_at += c.gaps[k].len;
     }
@@ -727,12 +725,11 @@ fn feed(
     rx_buf: &mut Vec<u8>,
     mem: &mut SessionMem<'_, '_, '_>,
     bytes: &[u8],
-    now: Duration,
     sh: &Shared,
 ) {
     for part in bytes.chunks(BIG_READ) {
         rx_buf[..part.len()].copy_from_slice(part);
-        input_from(conn, backlog, rx_buf, part.len(), mem, now, sh);
+        input_from(conn, backlog, rx_buf, part.len(), mem, sh);
     }
 }
 
@@ -872,11 +869,11 @@ pub(crate) struct ConnState {
     /// a new `lazy_until` saves a clock read on every visit of a request-response loop; the
     /// hold then ends at most one visit interval after the last visit, as before.
     pub(crate) lazy_renewed: bool,
-    /// The engine's clock as the last input round of the application threads now inside
-    /// read it (`pump_input`); taken when the last one leaves, to date `lazy_until` and
-    /// `hold_until` without another clock read. It is never later than the real time, so a
-    /// deadline dated by it ends a hold early at worst, never late.
-    pub(crate) round_now: Option<Duration>,
+    /// A reader was told of held data again while `hold_until` was set: as `lazy_renewed`
+    /// for `hold_until` (the progress thread's next visit at or after it moves it on from
+    /// then), which saves a clock read each time a request-response loop's `poll` finds or
+    /// makes a hold.
+    pub(crate) hold_renewed: bool,
     /// Registered interest of the TCP fd in the progress thread's epoll (0 = disarmed).
     pub(crate) tcp_armed: u32,
     pub(crate) eng_armed: u32,
@@ -982,7 +979,7 @@ impl ConnState {
             inq_fresh: false,
             poll_reader: false,
             hold_until: None,
-            round_now: None,
+            hold_renewed: false,
             defer_wc: false,
             sq_meta: VecDeque::new(),
             stream_bufs: VecDeque::new(),
@@ -1491,17 +1488,13 @@ impl ConnState {
     /// Reads and processes TCP input, non-blocking, until the socket is drained, the caller's
     /// buffers are full, the backlog is over its limit, or the budget is spent.
     pub(crate) fn pump_input(&mut self, sh: &Shared, mem: &mut SessionMem<'_, '_, '_>) {
-        let now = sh.engine.now();
-        if self.inline > 0 {
-            self.round_now = Some(now);
-        }
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
         self.announced = false; // (whoever reads the input now takes what was announced)
         if !self.pending_in.is_empty() {
             let data = core::mem::take(&mut self.pending_in);
-            let _ = conn.handle_input(&data, mem, now);
+            let _ = conn.handle_input(&data, mem);
         }
         if mem.has_sink() {
             conn.adopt_stream_sink(mem);
@@ -1625,7 +1618,6 @@ impl ConnState {
                     mem,
                     c,
                     &mut self.rx_counts,
-                    now,
                     sh,
                 )
             } else {
@@ -1649,15 +1641,7 @@ impl ConnState {
                                     self.follow = if wire <= SMALL_FOLLOW_MAX { wire } else { 0 };
                                 }
                                 if tail > 0 {
-                                    input_from(
-                                        conn,
-                                        &mut self.backlog,
-                                        &mut rx_buf,
-                                        tail,
-                                        mem,
-                                        now,
-                                        sh,
-                                    );
+                                    input_from(conn, &mut self.backlog, &mut rx_buf, tail, mem, sh);
                                 }
                                 Ok(placed + tail)
                             }
@@ -1670,15 +1654,7 @@ impl ConnState {
                                 if let Ok(n) = r
                                     && n > 0
                                 {
-                                    input_from(
-                                        conn,
-                                        &mut self.backlog,
-                                        &mut rx_buf,
-                                        n,
-                                        mem,
-                                        now,
-                                        sh,
-                                    );
+                                    input_from(conn, &mut self.backlog, &mut rx_buf, n, mem, sh);
                                 }
                                 r
                             }
@@ -1704,7 +1680,7 @@ impl ConnState {
                         if let Ok(n) = r
                             && n > 0
                         {
-                            input_from(conn, &mut self.backlog, &mut rx_buf, n, mem, now, sh);
+                            input_from(conn, &mut self.backlog, &mut rx_buf, n, mem, sh);
                         }
                         // (large FPDUs in this read, or small ones)
                         let headers = (conn.stats().fpdus_in - fpdus) as usize;
@@ -1853,7 +1829,6 @@ impl ConnState {
         let Some(conn) = self.conn.as_mut() else {
             return e;
         };
-        let now = sh.engine.now();
         let mut buf = [0u8; 4096];
         for _ in 0..64 {
             if matches!(conn.state(), State::Error | State::Closed) {
@@ -1861,7 +1836,7 @@ impl ConnState {
             }
             match sys::recv(sh.tcp_fd, &mut buf, libc::MSG_DONTWAIT) {
                 Ok(n) if n > 0 => {
-                    let _ = conn.handle_input(&buf[..n], mem, now);
+                    let _ = conn.handle_input(&buf[..n], mem);
                 }
                 _ => break,
             }
@@ -2264,7 +2239,7 @@ impl ConnState {
                 // event of a tiny FPDU, is handled as after any read).
                 let mut mem = SessionMem::new(&sh.engine.registry, None);
                 mem.overflow = self.backlog.take_spare();
-                let _ = conn.handle_input(&head[..n], &mut mem, sh.engine.now());
+                let _ = conn.handle_input(&head[..n], &mut mem);
                 self.backlog.push(core::mem::take(&mut mem.overflow));
                 self.bytes_rx += mem.stream_bytes;
                 self.rx_counts.reads += 1;

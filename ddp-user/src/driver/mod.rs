@@ -152,6 +152,17 @@ pub(crate) fn lazy_held_elsewhere(st: &ConnState) -> bool {
     )
 }
 
+/// How long held data waits for its reader after the last visit (`ConnState::hold_until`):
+/// [`LAZY_REARM`]; an epoll group's reader works through a batch of events before it reads
+/// again.
+fn hold_keep(st: &ConnState) -> Duration {
+    if st.group.is_some() {
+        group::GROUP_LAZY
+    } else {
+        LAZY_REARM
+    }
+}
+
 /// Whether more sockets are held lazily than `lazy` or hold data than `held`.
 pub(crate) fn lazy_held_beyond(lazy: usize, held: usize) -> bool {
     LAZY.load(Ordering::Relaxed) > lazy || HELD.load(Ordering::Relaxed) > held
@@ -666,7 +677,13 @@ impl Engine {
                     pushed = true;
                 }
             }
-            if let Some(d) = st.hold_until {
+            if let Some(mut d) = st.hold_until {
+                if st.hold_renewed && now >= d && !st.finalized {
+                    // (renewed since the last visit: its keep from now)
+                    st.hold_renewed = false;
+                    d = now + hold_keep(&st);
+                    st.hold_until = Some(d);
+                }
                 if (!st.hold && !sh.stale_signal()) || st.finalized || (now >= d && st.inline == 0)
                 {
                     sh.end_hold(&mut st);
@@ -1076,11 +1093,8 @@ impl Shared {
     /// [`Shared::end_lazy`], by the progress thread's timer or [`release_lazy`]); else
     /// [`Shared::rearm`].
     pub(crate) fn leave_inline(&self, st: &mut ConnState) {
-        // One clock read per visit at most (none after an input round): see `round_now`.
-        let mut now = st.round_now.take();
-        let mut now = || *now.get_or_insert_with(|| self.engine.now());
         if st.hold {
-            self.note_hold_at(st, now());
+            self.note_hold(st);
         }
         if st.registered
             && !st.finalized
@@ -1094,7 +1108,7 @@ impl Shared {
                 // (no clock read: the progress thread's visit dates the renewal)
                 st.lazy_renewed = true;
             } else {
-                let at = now() + LAZY_REARM;
+                let at = self.engine.now() + LAZY_REARM;
                 st.lazy_until = Some(at);
                 st.lazy_renewed = false;
                 LAZY.fetch_add(1, Ordering::Relaxed);
@@ -1135,41 +1149,30 @@ impl Shared {
 
     /// Received stream data is held in the backlog for the reader that was told about it
     /// (`ConnState::hold`): it goes to the socketpair if that reader does not come back
-    /// within [`LAZY_REARM`] (from now), or when another thread is about to wait elsewhere
+    /// within [`hold_keep`] (from now; a hold already dated is renewed by a flag, see
+    /// `ConnState::hold_renewed`), or when another thread is about to wait elsewhere
     /// ([`release_lazy`]) or looks at the socketpair ([`flush_held`]).
     pub(crate) fn note_hold(&self, st: &mut ConnState) {
         if st.finalized {
             return;
         }
-        let now = match st.round_now {
-            Some(n) if st.inline > 0 => n,
-            _ => self.engine.now(),
-        };
-        self.note_hold_at(st, now);
-    }
-
-    fn note_hold_at(&self, st: &mut ConnState, now: Duration) {
-        if st.finalized {
+        if st.hold_until.is_some() {
+            // (no clock read: the progress thread's visit dates the renewal)
+            st.hold_renewed = true;
             return;
         }
-        let first = st.hold_until.is_none();
-        // (an epoll group's reader works through a batch of events before it reads again)
-        let keep = if st.group.is_some() {
-            group::GROUP_LAZY
-        } else {
-            LAZY_REARM
-        };
-        st.hold_until = Some(now + keep);
-        if first {
-            HELD.fetch_add(1, Ordering::Relaxed);
-            self.mark_held(st);
-            self.engine.watch_deadline_at(self.id, Some(now + keep));
-        }
+        let at = self.engine.now() + hold_keep(st);
+        st.hold_until = Some(at);
+        st.hold_renewed = false;
+        HELD.fetch_add(1, Ordering::Relaxed);
+        self.mark_held(st);
+        self.engine.watch_deadline_at(self.id, Some(at));
     }
 
     /// Ends a hold of received stream data (`ConnState::hold`): the backlog goes into the
     /// socketpair (as far as it takes it; the rest on `eng_end`'s `POLLOUT`).
     pub(crate) fn end_hold(&self, st: &mut ConnState) {
+        st.hold_renewed = false;
         if st.hold_until.take().is_some() {
             HELD.fetch_sub(1, Ordering::Relaxed);
         }
