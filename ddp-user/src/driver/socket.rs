@@ -206,23 +206,32 @@ pub fn release_lazy_besides<'a>(waits: impl IntoIterator<Item = &'a PollWait>) {
     if !crate::driver::lazy_held() {
         return;
     }
-    let (mut lazy, mut held) = (0usize, 0usize);
-    let mut seen = [0u64; 8];
-    let mut n_seen = 0;
-    for w in waits {
-        let sh = w.sock.sh();
-        if seen[..n_seen].contains(&sh.id) {
-            continue; // (the same socket twice in one set: count it once)
+    let mut waits = waits.into_iter();
+    // (one wait, the usual blocking `poll` of a request-response loop: its counts alone)
+    let Some(w0) = waits.next() else {
+        crate::driver::release_lazy();
+        return;
+    };
+    let (mut lazy, mut held) = (usize::from(w0.lazy), usize::from(w0.held));
+    if let Some(w1) = waits.next() {
+        let mut seen = [0u64; 8];
+        seen[0] = w0.sock.sh().id;
+        let mut n_seen = 1;
+        for w in core::iter::once(w1).chain(waits) {
+            let sh = w.sock.sh();
+            if seen[..n_seen].contains(&sh.id) {
+                continue; // (the same socket twice in one set: count it once)
+            }
+            if n_seen == seen.len() {
+                crate::driver::release_lazy(); // (more than we count: walk them all)
+                return;
+            }
+            seen[n_seen] = sh.id;
+            n_seen += 1;
+            // (as they were when the wait was made: no lock here)
+            lazy += usize::from(w.lazy);
+            held += usize::from(w.held);
         }
-        if n_seen == seen.len() {
-            crate::driver::release_lazy(); // (more than we count: walk them all)
-            return;
-        }
-        seen[n_seen] = sh.id;
-        n_seen += 1;
-        // (as they were when the wait was made: no lock here)
-        lazy += usize::from(w.lazy);
-        held += usize::from(w.held);
     }
     if crate::driver::lazy_held_beyond(lazy, held) {
         crate::driver::release_lazy();
