@@ -500,6 +500,68 @@ static int c_poll(void)
 	return 0;
 }
 
+/* Zero-length Sends into a socket that waits in poll: each one wakes the wait without making the
+ * fd readable, so the wait goes on with the time left; the timeout still ends it on time. */
+struct empties_arg {
+	int fd;
+	volatile int stop;
+	int posted, result;
+};
+
+static void *empties(void *p)
+{
+	struct empties_arg *a = p;
+	static uint8_t none[1];
+	struct iovec iov = { none, 0 };
+	uint64_t dl = xs_deadline(3000);
+	while (!a->stop && xs_ms_left(dl) > 0) {
+		if (ddp_post_send(a->fd, (uint64_t)a->posted, &iov, 1, DDP_SIGNALED) != 0) {
+			a->result = errno ? errno : -1;
+			return NULL;
+		}
+		struct ddp_wc wc;
+		if (ddp_wait(a->fd, &wc, 1, WAIT_MS) != 1 || wc.status != DDP_WC_SUCCESS) {
+			a->result = -2;
+			return NULL;
+		}
+		a->posted++;
+		sleep_ms(2); /* pacing: one every 2 ms */
+	}
+	return NULL;
+}
+
+static int c_poll_goes_on(void)
+{
+	if (tcp_mode)
+		return CASE_SKIP; /* (no zero-length messages on TCP) */
+	int c, s;
+	TRY(mkpair(&c, &s));
+	struct empties_arg a = { .fd = s };
+	pthread_t t;
+	REQ(pthread_create(&t, NULL, empties, &a) == 0, "pthread_create");
+	struct pollfd p = { .fd = c, .events = POLLIN };
+	uint64_t t0 = xs_now_ns();
+	int r = poll(&p, 1, 150);
+	uint64_t ms = (xs_now_ns() - t0) / 1000000;
+	int posted = a.posted;
+	a.stop = 1;
+	TRY(timed_join(t, 10000, "sender of empty messages"));
+	REQ(a.result == 0, "posting zero-length Sends failed (%d)", a.result);
+	REQ(r == 0, "only zero-length Sends arrived, but poll(POLLIN, 150 ms) = %d revents 0x%x", r,
+	    p.revents);
+	REQ(posted >= 10, "only %d zero-length Sends went out during the wait", posted);
+	REQ(ms >= 140 && ms < 1000, "poll(POLLIN, 150 ms) woken by %d empty messages returned after %llu ms",
+	    posted, (unsigned long long)ms);
+	note("poll(150 ms) through %d empty messages: %llu ms", posted, (unsigned long long)ms);
+	/* the stream is intact */
+	uint64_t seed = xs_seed(71, 72, 73);
+	TRY(put(s, 5000, seed, 0, "write after the empty messages"));
+	TRY(get(c, 5000, seed, 0, "read after the empty messages"));
+	close(c);
+	close(s);
+	return 0;
+}
+
 /* Reads exactly n bytes of pattern (seed, off) with raw ppoll/read syscalls (the library does not
  * see them); bounded. */
 static int get_raw(int fd, size_t n, uint64_t seed, uint64_t off, const char *what)
@@ -2243,6 +2305,7 @@ struct tcase {
 };
 static const struct tcase cases[] = {
 	{ "poll", c_poll, "poll/ppoll: no POLLIN before data, POLLIN after, POLLOUT, partial reads" },
+	{ "poll-goes-on", c_poll_goes_on, "poll woken by zero-length Sends goes on with the time left, ends on time" },
 	{ "poll-large", c_poll_large, "large messages after POLLIN: whole, pieces, MSG_PEEK, FIONREAD, raw read" },
 	{ "write-reuse", c_write_reuse, "large writes, buffer overwritten at once: peer gets every byte as written" },
 	{ "select", c_select, "select/pselect readability and writability, partial reads, time left, EBADF, EFAULT" },
