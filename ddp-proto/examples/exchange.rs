@@ -541,12 +541,7 @@ impl Side {
 
 /// Writes everything `from` has to send into the wire tap and into `to`, as a driver would
 /// with `writev` and `read`. Returns whether anything moved.
-fn transmit(
-    from: &mut Side,
-    to: &mut Side,
-    dir: Dir,
-    wire: &mut Wire,
-) -> Result<bool> {
+fn transmit(from: &mut Side, to: &mut Side, dir: Dir, wire: &mut Wire) -> Result<bool> {
     let mut moved = false;
     while let Some(t) = from.conn.poll_transmit(&from.mem) {
         let bytes = t.gather(&from.mem);
