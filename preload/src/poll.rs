@@ -106,9 +106,15 @@ const STACK_FDS: usize = 64;
 /// As for libc's `poll`.
 unsafe fn routed_poll(fds: *mut pollfd, n: nfds_t, timeout_ms: c_int) -> Result<c_int, Errno> {
     let timeout = (timeout_ms >= 0).then(|| core::time::Duration::from_millis(timeout_ms as u64));
-    // (the kernel's `poll` is its `ppoll` with the timeout in milliseconds and no mask)
     // SAFETY: the caller's arguments.
-    unsafe { poll_inline(fds, n, timeout, false, core::ptr::null()) }
+    unsafe {
+        poll_inline(fds, n, timeout, false, |f, k, t| {
+            let ms = t.map_or(-1, |t| {
+                t.as_nanos().div_ceil(1_000_000).min(c_int::MAX as u128) as c_int
+            });
+            real::poll(f, k, ms)
+        })
+    }
 }
 
 /// `ppoll(2)` with the table in use.
@@ -129,7 +135,7 @@ unsafe fn routed_ppoll(
         Some(timeout_of(ts.tv_sec, ts.tv_nsec, 1_000_000_000).ok_or(Errno(libc::EINVAL))?)
     };
     // SAFETY: the caller's arguments.
-    unsafe { poll_inline(fds, n, t, false, mask) }
+    unsafe { poll_inline(fds, n, t, false, |f, k, t| real_ppoll(f, k, t, mask)) }
 }
 
 /// The real `ppoll` with a `Duration` timeout (`None`: none) and a signal mask.
@@ -151,81 +157,6 @@ unsafe fn real_ppoll(
         .map_or(core::ptr::null(), |t| t as *const timespec);
     // SAFETY: as the caller promises; `tp` is null or our own timespec.
     unsafe { real::ppoll(fds, n, tp, mask) }
-}
-
-/// [`real_ppoll`], and the time left of `timeout` when it returned, as the kernel says: Linux's
-/// `ppoll` writes it back into its timeout argument (glibc's wrapper hides that; the real
-/// function here is the system call). `None` without a timeout. A wait that goes on after
-/// the first return dates its deadline from this instead of reading the clock before the
-/// first (one clock read less on every blocking wait that returns at once with its answer).
-///
-/// # Safety
-/// As for [`real_ppoll`].
-unsafe fn real_ppoll_left(
-    fds: *mut pollfd,
-    n: nfds_t,
-    timeout: Option<core::time::Duration>,
-    mask: *const sigset_t,
-) -> (c_int, Option<core::time::Duration>) {
-    let mut ts = timeout.map(|d| timespec {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    });
-    let tp = ts
-        .as_mut()
-        .map_or(core::ptr::null_mut(), |t| t as *mut timespec);
-    // SAFETY: as the caller promises; `tp` is null or our own timespec, which the kernel
-    // may write.
-    let r = unsafe { real::ppoll(fds, n, tp, mask) };
-    let left = ts.map(|t| {
-        core::time::Duration::new(
-            t.tv_sec.max(0) as u64,
-            t.tv_nsec.clamp(0, 999_999_999) as u32,
-        )
-    });
-    (r, left)
-}
-
-/// The time left of a wait that may go on after its first return, without a clock read
-/// before the first wait: the deadline is dated, if the wait goes on, from the time left that
-/// the kernel reported on that return ([`real_ppoll_left`]). It is later than a clock read
-/// before the first wait would have made it by the time that return took to serve: one
-/// round's, bounded; the next waits count from it.
-struct WaitClock {
-    timeout: Option<core::time::Duration>,
-    /// Dated at the first wait after the first (the inner `None`: no timeout).
-    deadline: Option<Option<std::time::Instant>>,
-    /// The time left that the kernel reported after the first wait.
-    first_left: Option<Option<core::time::Duration>>,
-}
-
-impl WaitClock {
-    fn new(timeout: Option<core::time::Duration>) -> Self {
-        WaitClock {
-            timeout,
-            deadline: None,
-            first_left: None,
-        }
-    }
-
-    /// The timeout of the next wait.
-    fn next(&mut self) -> Option<core::time::Duration> {
-        if let Some(d) = self.deadline {
-            return d.map(|d| d.saturating_duration_since(std::time::Instant::now()));
-        }
-        let Some(left) = self.first_left else {
-            return self.timeout;
-        };
-        self.deadline = Some(left.map(|l| std::time::Instant::now() + l));
-        left
-    }
-
-    /// A wait returned with `left` of its timeout (the kernel's word).
-    fn waited(&mut self, left: Option<core::time::Duration>) {
-        if self.deadline.is_none() {
-            self.first_left = Some(left);
-        }
-    }
 }
 
 unsafe extern "C" {
@@ -277,11 +208,8 @@ unsafe fn poll_inline(
     n: nfds_t,
     timeout: Option<core::time::Duration>,
     own_array: bool,
-    mask: *const sigset_t,
+    call: impl Fn(*mut pollfd, nfds_t, Option<core::time::Duration>) -> c_int,
 ) -> Result<c_int, Errno> {
-    // SAFETY (of every call): `f` is the caller's valid array of `k` entries or our own;
-    // `mask` is null or valid, as the caller promises.
-    let call = |f, k, t| unsafe { real_ppoll(f, k, t, mask) };
     // The caller's entries (copied in below) and one per wait: only the first `n + k` entries
     // are ever written or read, so the array is not filled first (64 entries on every call).
     let mut stack_mem = core::mem::MaybeUninit::<[pollfd; STACK_FDS]>::uninit();
@@ -417,7 +345,8 @@ unsafe fn poll_inline(
         }
         core::slice::from_raw_parts_mut(at, n + k)
     };
-    let mut clock = WaitClock::new(timeout);
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let mut first = true;
     loop {
         for (j, w) in waits[..k].iter().flatten().enumerate() {
             let ev = w.1.events();
@@ -427,11 +356,13 @@ unsafe fn poll_inline(
                 revents: 0,
             };
         }
-        let left = clock.next();
-        // SAFETY: our own array of `n + k` entries; `mask` as the caller promises.
-        let (r, l) = unsafe { real_ppoll_left(ext.as_mut_ptr(), (n + k) as nfds_t, left, mask) };
-        clock.waited(l);
-        let r = cvt(r)?;
+        // (the first wait takes the timeout as given: the deadline was set just before)
+        let left = if core::mem::take(&mut first) {
+            timeout
+        } else {
+            deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()))
+        };
+        let r = cvt(call(ext.as_mut_ptr(), (n + k) as nfds_t, left))?;
         let mut serviced = false;
         let mut held = false;
         for (j, w) in waits[..k].iter().flatten().enumerate() {
@@ -698,7 +629,11 @@ unsafe fn select_inline(
         }
     }
     // SAFETY: our own array of `k` entries; `mask` as the caller's.
-    let r = unsafe { poll_inline(pfds.as_mut_ptr(), k as nfds_t, timeout, true, mask) };
+    let r = unsafe {
+        poll_inline(pfds.as_mut_ptr(), k as nfds_t, timeout, true, |f, k, t| {
+            real_ppoll(f, k, t, mask)
+        })
+    };
     if let Err(e) = r {
         return Some(Err(e));
     }
@@ -1233,7 +1168,8 @@ unsafe fn epoll_inline(
         return Ok(r);
     }
     ddp_user::release_lazy_besides(waits[..k].iter().flatten().map(|w| &w.0));
-    let mut clock = WaitClock::new(timeout);
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let mut first = true;
     let mut set = [pollfd {
         fd: -1,
         events: 0,
@@ -1253,11 +1189,14 @@ unsafe fn epoll_inline(
                 revents: 0,
             };
         }
-        let left = clock.next();
+        // (the first wait takes the timeout as given: the deadline was set just before)
+        let left = if core::mem::take(&mut first) {
+            timeout
+        } else {
+            deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()))
+        };
         // SAFETY: our own array of `k + 1` entries; `mask` is null or valid.
-        let (r, l) = unsafe { real_ppoll_left(set.as_mut_ptr(), (k + 1) as nfds_t, left, mask) };
-        clock.waited(l);
-        let r = cvt(r)?;
+        let r = cvt(unsafe { real_ppoll(set.as_mut_ptr(), (k + 1) as nfds_t, left, mask) })?;
         let mut again = set[0].revents != 0;
         let mut held = false;
         for (j, w) in waits[..k].iter().flatten().enumerate() {
