@@ -1064,6 +1064,8 @@ impl Connection {
         }
         let mut at = 0;
         loop {
+            // (a whole FPDU that ends the input: `next` would only say `NeedMore` after it)
+            let mut boundary = false;
             let r = if let Some(w) = self.deframer.whole(data, &mut at) {
                 // A whole FPDU in the input, its CRC good: the same steps as below, in one
                 // step for the commonest kind (see `stream_send`).
@@ -1079,6 +1081,13 @@ impl Connection {
                     }
                     continue;
                 }
+                if self.posted_send(&w.header, &data[w.payload.clone()], mem) {
+                    if at == data.len() {
+                        break;
+                    }
+                    continue;
+                }
+                boundary = at == data.len();
                 self.on_header(&w.header, mem);
                 let verified = self.stream_buf.is_empty() && self.stream_placed == 0;
                 if !w.payload.is_empty() {
@@ -1114,6 +1123,9 @@ impl Connection {
                     None => Ok(data.len()),
                 };
             }
+            if boundary {
+                break;
+            }
         }
         Ok(data.len())
     }
@@ -1141,6 +1153,57 @@ impl Connection {
             && self.stream_buf.is_empty()
             && self.stream_placed == 0
             && self.send_rx.takes_stream()
+    }
+
+    /// Takes a whole FPDU in one step if it is a plain Send that the posted receive at the
+    /// head of the queue takes whole (the same header as [`Connection::stream_send`], any
+    /// payload length up to the receive's, no message under way, no RTR awaited): its
+    /// payload placed in the receive's SGEs, its MSN used up, the receive completed. This is
+    /// what `on_header`, `payload_piece` and `on_end` do for it. False, with nothing changed,
+    /// for anything else, and when the placement fails (the general steps then place the
+    /// same bytes and fail the same way).
+    fn posted_send<M: Memory + ?Sized>(
+        &mut self,
+        h: &UlpduHeader,
+        payload: &[u8],
+        mem: &mut M,
+    ) -> bool {
+        let b = h.bytes();
+        if !(b.len() == UNTAGGED_HEADER_LEN
+            && b[0] == 0x41
+            && b[1] == 0x43
+            && b[6..10] == [0; 4]
+            && b[14..18] == [0; 4]
+            && u32::from_be_bytes([b[10], b[11], b[12], b[13]])
+                == self.send_rx.queue().expected_msn()
+            && !self.hold_for_rtr
+            && matches!(self.rx, RxSeg::Idle)
+            && self.stream_buf.is_empty()
+            && self.stream_placed == 0)
+        {
+            return false;
+        }
+        let Some(r) = self.send_rx.posted_for(payload.len()) else {
+            return false;
+        };
+        if !payload.is_empty() && place_sges(&r.sges, 0, payload, mem).is_err() {
+            return false;
+        }
+        let len = payload.len() as u32;
+        let Some(r) = self.send_rx.take_whole(len) else {
+            return false;
+        };
+        self.stats.fpdus_in += 1;
+        self.stats.bytes_placed_buffered += u64::from(len);
+        self.events.push_back(Event::RecvCompletion(Completion {
+            wr_id: r.wr_id,
+            opcode: WcOpcode::Recv,
+            status: WcStatus::Success,
+            byte_len: u64::from(len),
+            inv_stag: None,
+            solicited: false,
+        }));
+        true
     }
 
     /// A payload piece `data[range]`; `verified`: it is a stream FPDU's whole payload whose

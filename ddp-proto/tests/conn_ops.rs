@@ -512,6 +512,136 @@ fn whole_stream_sends_match_the_general_steps() {
     );
 }
 
+/// A whole plain Send that fits the receive posted at the head of the queue is taken in one
+/// step too (`Connection::posted_send`). Random FPDU streams against random posted receives
+/// (none to six; short ones, empty ones, two SGEs, an SGE outside memory; stream or posted
+/// mode) with good Sends, zero-length Sends, two-segment messages and Sends broken as in
+/// `whole_stream_sends_match_the_general_steps`, fed whole and a byte at a time, must leave
+/// the receiver in the same place: receive memory, completions, stream, counters, state,
+/// error and the bytes sent back.
+#[test]
+fn whole_posted_sends_match_the_general_steps() {
+    let mut clean = 0;
+    for seed in 0..400u64 {
+        let mut rng = Rng::new(1000 + seed);
+        let crc = seed % 5 != 4;
+        let mode = if rng.below(3) == 0 {
+            RecvMode::Stream
+        } else {
+            RecvMode::Posted
+        };
+        let mut stream = Vec::new();
+        let mut msn = 1u32;
+        let mut good = true;
+        let sends = 1 + rng.below(6);
+        for _ in 0..sends {
+            let n = if rng.below(8) == 0 {
+                0
+            } else {
+                1 + rng.below(300)
+            };
+            let payload: Vec<u8> = (0..n).map(|_| rng.below(256) as u8).collect();
+            let kind = rng.below(24);
+            let last = kind != 20;
+            let mut u = ulpdu(
+                &RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, last),
+                &payload,
+            );
+            match kind {
+                13 => u[10..14].copy_from_slice(&(msn + 1).to_be_bytes()), // MSN
+                14 => u[9] = 1 + rng.below(3) as u8,                       // queue
+                15 => u[17] = 1 + rng.below(255) as u8,                    // MO
+                16 => u[0] = [0x40, 0x42, 0x45, 0x61, 0xc1][rng.below(5) as usize], // DDP ctrl
+                17 => u[1] = [0x03, 0x83, 0x53, 0x45, 0x41][rng.below(5) as usize], // RDMAP ctrl
+                18 => u[2 + rng.below(4) as usize] = 1 + rng.below(255) as u8, // ULP field
+                _ => {}
+            }
+            let mut f = fpdu(&u, crc);
+            if kind == 19 && crc {
+                let at = rng.below(f.len() as u64) as usize;
+                f[at] ^= 1 << rng.below(8);
+            }
+            stream.extend_from_slice(&f);
+            good &= kind < 13;
+            if last {
+                msn += 1;
+            } else {
+                let rest = [7u8; 5];
+                let u = ulpdu(
+                    &RdmapHeader::new(
+                        RdmapMessage::Send {
+                            msn,
+                            mo: payload.len() as u32,
+                        },
+                        true,
+                    ),
+                    &rest,
+                );
+                stream.extend_from_slice(&fpdu(&u, crc));
+                msn += 1;
+            }
+        }
+        // Receives: 400 bytes apart from BASE + 4096; sizes from 0 to 400 (some too short),
+        // some split in two SGEs, some with an SGE past the end of memory.
+        let mut recvs = Vec::new();
+        for i in 0..rng.below(7) {
+            let at = BASE + 4096 + i * 400;
+            let len = match rng.below(5) {
+                0 => rng.below(301) as u32,
+                _ => 300 + rng.below(101) as u32,
+            };
+            let sges = match rng.below(8) {
+                0 | 1 if len > 1 => {
+                    let h = len / 2;
+                    vec![Sge::new(at, h), Sge::new(at + 3000, len - h)]
+                }
+                2 => vec![Sge::new(BASE + (1 << 20), len.max(1))],
+                _ => vec![Sge::new(at, len)],
+            };
+            recvs.push(sges);
+        }
+        let fits = recvs.len() as u64 >= sends;
+        let run = |chunking| {
+            let mut p = Pair::new(Opts {
+                mode_b: mode,
+                crc,
+                chunking,
+                mem_size: 16384,
+                seed,
+                ..Opts::default()
+            });
+            for (i, sges) in recvs.iter().enumerate() {
+                p.b.conn.post_recv(10 + i as u64, sges).unwrap();
+            }
+            p.b.inbox = stream.clone();
+            p.drive();
+            let st = p.b.conn.stats();
+            (
+                p.b.mem.stream.clone(),
+                p.b.recv_completions(),
+                (st.fpdus_in, st.bytes_placed_buffered, st.crc_errors),
+                p.b.conn.state(),
+                p.b.conn.error(),
+                p.b.sent.clone(),
+                p.b.mem.bytes(BASE + 4096, 12288).to_vec(),
+                p.b.conn.recvs_posted(),
+            )
+        };
+        let (whole, bytes) = (run(Chunking::Whole), run(Chunking::Bytes));
+        assert!(
+            whole == bytes,
+            "seed {seed}: fed whole {:?}, a byte at a time {:?}",
+            (&whole.1, whole.2, whole.3, whole.4, whole.7),
+            (&bytes.1, bytes.2, bytes.3, bytes.4, bytes.7)
+        );
+        if good && fits && whole.3 == State::Open {
+            clean += 1;
+            assert_eq!(whole.1.len() as u64, sends, "seed {seed}");
+        }
+    }
+    assert!(clean > 30, "{clean} streams of good Sends all taken");
+}
+
 /// Stream data goes to the application before its FPDU's End only when its CRC is already
 /// known good: a flipped payload or CRC bit in an FPDU that arrives whole delivers nothing of
 /// it (the FPDUs before it are delivered, the connection fails with a CRC error).

@@ -237,6 +237,25 @@ impl SendRx {
             && self.queue.mo == 0
     }
 
+    /// The posted receive a whole message of `len` bytes, starting now at MO 0 in one
+    /// segment, would take: the one at the head of the queue, if it is long enough and no
+    /// message is under way. `None` leaves the general steps ([`SendRx::begin_segment`]) to
+    /// take it or to find the error.
+    pub fn posted_for(&self, len: usize) -> Option<&PostedRecv> {
+        if self.current.is_some() || self.queue.in_message || self.queue.mo != 0 {
+            return None;
+        }
+        self.posted.front().filter(|r| len as u64 <= r.len)
+    }
+
+    /// Takes the receive [`SendRx::posted_for`] named for a whole message of `len` bytes,
+    /// already placed, and uses up its MSN: what `begin_segment` and `end_segment` do for it.
+    pub fn take_whole(&mut self, len: u32) -> Option<PostedRecv> {
+        let r = self.posted.pop_front()?;
+        self.queue.advance(len, true);
+        Some(r)
+    }
+
     /// The sink of the message in progress, if any.
     pub fn current(&self) -> Option<&SendSink> {
         self.current.as_ref()
