@@ -1130,18 +1130,17 @@ impl Connection {
         Ok(data.len())
     }
 
-    /// Whether a whole FPDU with this header is a plain Send that a stream-mode reader takes
-    /// as it is: one untagged segment that ends its message (DDP control octet `0x41`, RDMAP
-    /// `0x43`: versions 1, no reserved bits), queue 0, the expected MSN, MO 0, a payload, on
-    /// a connection with nothing of another FPDU under way, no RTR awaited and no receive
-    /// posted. What `on_header`, `payload_piece` and `on_end` do for such a segment is then
-    /// known without running them: its payload goes to the stream, its MSN is used up, and
-    /// nothing else changes but the counters. Anything else takes the general steps, which
-    /// also find every error (so the shortcut can only be stricter than they are).
-    fn stream_send(&self, h: &UlpduHeader) -> bool {
-        let b = h.bytes();
+    /// Whether the header of a whole FPDU is a plain Send that starts and ends its message in
+    /// this one segment and is next in order: one untagged segment that ends its message (DDP
+    /// control octet `0x41`, RDMAP `0x43`: versions 1, no reserved bits), queue 0, the
+    /// expected MSN, MO 0, on a connection with nothing of another FPDU under way and no RTR
+    /// awaited. What the general steps do for such a segment is then known without running
+    /// them; each one-step path ([`Connection::stream_send`], [`Connection::posted_send`])
+    /// adds where it goes. Anything else takes the general steps, which also find every error
+    /// (so the shortcuts can only be stricter than they are).
+    #[inline]
+    fn whole_plain_send(&self, b: &[u8]) -> bool {
         b.len() == UNTAGGED_HEADER_LEN
-            && h.payload_len() > 0
             && b[0] == 0x41
             && b[1] == 0x43
             && b[6..10] == [0; 4]
@@ -1152,12 +1151,18 @@ impl Connection {
             && matches!(self.rx, RxSeg::Idle)
             && self.stream_buf.is_empty()
             && self.stream_placed == 0
-            && self.send_rx.takes_stream()
+    }
+
+    /// Whether a whole FPDU with this header is a plain Send ([`Connection::whole_plain_send`])
+    /// with a payload that a stream-mode reader takes as it is: no receive posted. Its payload
+    /// goes to the stream, its MSN is used up, and nothing else changes but the counters.
+    fn stream_send(&self, h: &UlpduHeader) -> bool {
+        h.payload_len() > 0 && self.whole_plain_send(h.bytes()) && self.send_rx.takes_stream()
     }
 
     /// Takes a whole FPDU in one step if it is a plain Send that the posted receive at the
-    /// head of the queue takes whole (the same header as [`Connection::stream_send`], any
-    /// payload length up to the receive's, no message under way, no RTR awaited): its
+    /// head of the queue takes whole ([`Connection::whole_plain_send`], any payload length up
+    /// to the receive's, no message under way): its
     /// payload placed in the receive's SGEs, its MSN used up, the receive completed. This is
     /// what `on_header`, `payload_piece` and `on_end` do for it. False, with nothing changed,
     /// for anything else, and when the placement fails (the general steps then place the
@@ -1168,19 +1173,7 @@ impl Connection {
         payload: &[u8],
         mem: &mut M,
     ) -> bool {
-        let b = h.bytes();
-        if !(b.len() == UNTAGGED_HEADER_LEN
-            && b[0] == 0x41
-            && b[1] == 0x43
-            && b[6..10] == [0; 4]
-            && b[14..18] == [0; 4]
-            && u32::from_be_bytes([b[10], b[11], b[12], b[13]])
-                == self.send_rx.queue().expected_msn()
-            && !self.hold_for_rtr
-            && matches!(self.rx, RxSeg::Idle)
-            && self.stream_buf.is_empty()
-            && self.stream_placed == 0)
-        {
+        if !self.whole_plain_send(h.bytes()) {
             return false;
         }
         let Some(r) = self.send_rx.posted_for(payload.len()) else {

@@ -406,6 +406,64 @@ fn mulpdu_change_applies_to_later_messages() {
     assert_eq!(p.a.completions().len(), 2);
 }
 
+/// `sends` random Send messages from MSN 1, as FPDUs, for the one-step tests: payloads of
+/// `len` random octets; each message good, or broken in one way (a wrong MSN, queue, MO,
+/// DDP or RDMAP control octet or ULP field, a flipped bit), or sent in two segments. Returns
+/// the stream, whether every message was good and in one segment, and the shortest payload.
+fn random_sends(
+    rng: &mut Rng,
+    crc: bool,
+    sends: u64,
+    mut len: impl FnMut(&mut Rng) -> u64,
+) -> (Vec<u8>, bool, usize) {
+    let mut stream = Vec::new();
+    let mut good = true;
+    let mut shortest = usize::MAX;
+    for msn in (1u32..).take(sends as usize) {
+        let n = len(rng);
+        let payload: Vec<u8> = (0..n).map(|_| rng.below(256) as u8).collect();
+        shortest = shortest.min(payload.len());
+        let kind = rng.below(24);
+        let last = kind != 20;
+        let mut u = ulpdu(
+            &RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, last),
+            &payload,
+        );
+        match kind {
+            13 => u[10..14].copy_from_slice(&(msn + 1).to_be_bytes()), // MSN
+            14 => u[9] = 1 + rng.below(3) as u8,                       // queue
+            15 => u[17] = 1 + rng.below(255) as u8,                    // MO
+            16 => u[0] = [0x40, 0x42, 0x45, 0x61, 0xc1][rng.below(5) as usize], // DDP ctrl
+            17 => u[1] = [0x03, 0x83, 0x53, 0x45, 0x41][rng.below(5) as usize], // RDMAP ctrl
+            18 => u[2 + rng.below(4) as usize] = 1 + rng.below(255) as u8, // ULP field
+            _ => {}
+        }
+        let mut f = fpdu(&u, crc);
+        if kind == 19 && crc {
+            let at = rng.below(f.len() as u64) as usize;
+            f[at] ^= 1 << rng.below(8);
+        }
+        stream.extend_from_slice(&f);
+        good &= kind < 13;
+        if !last {
+            // the message goes on: its next segment, at the MO after this one
+            let rest = [7u8; 5];
+            let u = ulpdu(
+                &RdmapHeader::new(
+                    RdmapMessage::Send {
+                        msn,
+                        mo: payload.len() as u32,
+                    },
+                    true,
+                ),
+                &rest,
+            );
+            stream.extend_from_slice(&fpdu(&u, crc));
+        }
+    }
+    (stream, good, shortest)
+}
+
 /// A whole plain Send in stream mode is taken in one step (`Connection::handle_input`'s
 /// shortcut); any other FPDU, or any state the shortcut does not cover, takes the general
 /// steps. Random FPDU streams (good Sends, and Sends with a wrong MSN, queue, MO, version,
@@ -419,52 +477,9 @@ fn whole_stream_sends_match_the_general_steps() {
     for seed in 0..300u64 {
         let mut rng = Rng::new(seed);
         let crc = seed % 5 != 4;
-        let mut stream = Vec::new();
-        let mut msn = 1u32;
-        let mut good = true;
-        for _ in 0..1 + rng.below(10) {
-            let payload: Vec<u8> = (0..rng.below(300)).map(|_| rng.below(256) as u8).collect();
-            let kind = rng.below(24);
-            let last = kind != 20;
-            let mut u = ulpdu(
-                &RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, last),
-                &payload,
-            );
-            match kind {
-                13 => u[10..14].copy_from_slice(&(msn + 1).to_be_bytes()), // MSN
-                14 => u[9] = 1 + rng.below(3) as u8,                       // queue
-                15 => u[17] = 1 + rng.below(255) as u8,                    // MO
-                16 => u[0] = [0x40, 0x42, 0x45, 0x61, 0xc1][rng.below(5) as usize], // DDP ctrl
-                17 => u[1] = [0x03, 0x83, 0x53, 0x45, 0x41][rng.below(5) as usize], // RDMAP ctrl
-                18 => u[2 + rng.below(4) as usize] = 1 + rng.below(255) as u8, // ULP field
-                _ => {}
-            }
-            let mut f = fpdu(&u, crc);
-            if kind == 19 && crc {
-                let at = rng.below(f.len() as u64) as usize;
-                f[at] ^= 1 << rng.below(8);
-            }
-            stream.extend_from_slice(&f);
-            good &= kind < 13 && !payload.is_empty();
-            if last {
-                msn += 1;
-            } else {
-                // the message goes on: its next segment, at the MO after this one
-                let rest = [7u8; 5];
-                let u = ulpdu(
-                    &RdmapHeader::new(
-                        RdmapMessage::Send {
-                            msn,
-                            mo: payload.len() as u32,
-                        },
-                        true,
-                    ),
-                    &rest,
-                );
-                stream.extend_from_slice(&fpdu(&u, crc));
-                msn += 1;
-            }
-        }
+        let sends = 1 + rng.below(10);
+        let (stream, kinds_good, shortest) = random_sends(&mut rng, crc, sends, |r| r.below(300));
+        let good = kinds_good && shortest > 0;
         let recvs = rng.below(4) == 0;
         shortcut_streams += usize::from(good && !recvs);
         let run = |chunking| {
@@ -530,57 +545,10 @@ fn whole_posted_sends_match_the_general_steps() {
         } else {
             RecvMode::Posted
         };
-        let mut stream = Vec::new();
-        let mut msn = 1u32;
-        let mut good = true;
         let sends = 1 + rng.below(6);
-        for _ in 0..sends {
-            let n = if rng.below(8) == 0 {
-                0
-            } else {
-                1 + rng.below(300)
-            };
-            let payload: Vec<u8> = (0..n).map(|_| rng.below(256) as u8).collect();
-            let kind = rng.below(24);
-            let last = kind != 20;
-            let mut u = ulpdu(
-                &RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, last),
-                &payload,
-            );
-            match kind {
-                13 => u[10..14].copy_from_slice(&(msn + 1).to_be_bytes()), // MSN
-                14 => u[9] = 1 + rng.below(3) as u8,                       // queue
-                15 => u[17] = 1 + rng.below(255) as u8,                    // MO
-                16 => u[0] = [0x40, 0x42, 0x45, 0x61, 0xc1][rng.below(5) as usize], // DDP ctrl
-                17 => u[1] = [0x03, 0x83, 0x53, 0x45, 0x41][rng.below(5) as usize], // RDMAP ctrl
-                18 => u[2 + rng.below(4) as usize] = 1 + rng.below(255) as u8, // ULP field
-                _ => {}
-            }
-            let mut f = fpdu(&u, crc);
-            if kind == 19 && crc {
-                let at = rng.below(f.len() as u64) as usize;
-                f[at] ^= 1 << rng.below(8);
-            }
-            stream.extend_from_slice(&f);
-            good &= kind < 13;
-            if last {
-                msn += 1;
-            } else {
-                let rest = [7u8; 5];
-                let u = ulpdu(
-                    &RdmapHeader::new(
-                        RdmapMessage::Send {
-                            msn,
-                            mo: payload.len() as u32,
-                        },
-                        true,
-                    ),
-                    &rest,
-                );
-                stream.extend_from_slice(&fpdu(&u, crc));
-                msn += 1;
-            }
-        }
+        let (stream, good, _) = random_sends(&mut rng, crc, sends, |r| {
+            if r.below(8) == 0 { 0 } else { 1 + r.below(300) }
+        });
         // Receives: 400 bytes apart from BASE + 4096; sizes from 0 to 400 (some too short),
         // some split in two SGEs, some with an SGE past the end of memory.
         let mut recvs = Vec::new();
