@@ -1162,11 +1162,11 @@ impl Connection {
 
     /// Takes a whole FPDU in one step if it is a plain Send that the posted receive at the
     /// head of the queue takes whole ([`Connection::whole_plain_send`], any payload length up
-    /// to the receive's, no message under way): its
-    /// payload placed in the receive's SGEs, its MSN used up, the receive completed. This is
-    /// what `on_header`, `payload_piece` and `on_end` do for it. False, with nothing changed,
-    /// for anything else, and when the placement fails (the general steps then place the
-    /// same bytes and fail the same way).
+    /// to the receive's, no message under way): its payload placed in the receive's SGEs,
+    /// its MSN used up, the receive completed. This is what `on_header`, `payload_piece` and
+    /// `on_end` do for it. False, with no state changed, for anything else, and when the
+    /// placement fails: the general steps then place the same bytes at the same addresses
+    /// (those it placed before failing) and fail the same way.
     fn posted_send<M: Memory + ?Sized>(
         &mut self,
         h: &UlpduHeader,
