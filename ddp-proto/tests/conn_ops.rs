@@ -406,6 +406,62 @@ fn mulpdu_change_applies_to_later_messages() {
     assert_eq!(p.a.completions().len(), 2);
 }
 
+/// Where a receiver was left, for the one-step tests that feed the same FPDUs whole and a
+/// byte at a time: its stream, receive completions, counters (FPDUs in, bytes placed, CRC
+/// errors), state, error, the bytes it sent back (a Terminate), `len` bytes of its memory
+/// from `at`, and the receives still posted.
+#[derive(Debug, PartialEq)]
+struct Left {
+    stream: Vec<u8>,
+    recvs: Vec<ddp_proto::conn::Completion>,
+    counts: (u64, u64, u64),
+    state: State,
+    error: Option<ProtoError>,
+    sent: Vec<u8>,
+    mem: Vec<u8>,
+    posted: usize,
+}
+
+impl Left {
+    fn of(s: &Side, at: u64, len: usize) -> Left {
+        let st = s.conn.stats();
+        Left {
+            stream: s.mem.stream.clone(),
+            recvs: s.recv_completions(),
+            counts: (st.fpdus_in, st.bytes_placed_buffered, st.crc_errors),
+            state: s.conn.state(),
+            error: s.conn.error(),
+            sent: s.sent.clone(),
+            mem: s.mem.bytes(at, len).to_vec(),
+            posted: s.conn.recvs_posted(),
+        }
+    }
+
+    /// `run` fed whole and a byte at a time: both must leave the receiver the same.
+    fn same_either_way(seed: u64, run: impl Fn(Chunking) -> Left) -> Left {
+        let (whole, bytes) = (run(Chunking::Whole), run(Chunking::Bytes));
+        assert!(
+            whole == bytes,
+            "seed {seed}: fed whole {:?}, a byte at a time {:?}",
+            whole.brief(),
+            bytes.brief()
+        );
+        whole
+    }
+
+    fn brief(&self) -> impl core::fmt::Debug + '_ {
+        let n = self.stream.len();
+        (
+            &self.recvs,
+            self.counts,
+            self.state,
+            self.error,
+            n,
+            self.posted,
+        )
+    }
+}
+
 /// `sends` random Send messages from MSN 1, as FPDUs, for the one-step tests: payloads of
 /// `len` random octets; each message good, or broken in one way (a wrong MSN, queue, MO,
 /// DDP or RDMAP control octet or ULP field, a flipped bit), or sent in two segments. Returns
@@ -498,27 +554,12 @@ fn whole_stream_sends_match_the_general_steps() {
             }
             p.b.inbox = stream.clone();
             p.drive();
-            let st = p.b.conn.stats();
-            (
-                p.b.mem.stream.clone(),
-                p.b.recv_completions(),
-                (st.fpdus_in, st.bytes_placed_buffered, st.crc_errors),
-                p.b.conn.state(),
-                p.b.conn.error(),
-                p.b.sent.clone(),
-                p.b.mem.bytes(BASE + 8192, 200).to_vec(),
-            )
+            Left::of(&p.b, BASE + 8192, 200)
         };
-        let (whole, bytes) = (run(Chunking::Whole), run(Chunking::Bytes));
-        assert!(
-            whole == bytes,
-            "seed {seed}: fed whole {:?}, a byte at a time {:?}",
-            (&whole.1, whole.2, whole.3, whole.4, whole.0.len()),
-            (&bytes.1, bytes.2, bytes.3, bytes.4, bytes.0.len())
-        );
+        let whole = Left::same_either_way(seed, run);
         if good && !recvs {
-            assert_eq!(whole.3, State::Open, "seed {seed}");
-            assert!(!whole.0.is_empty(), "seed {seed}");
+            assert_eq!(whole.state, State::Open, "seed {seed}");
+            assert!(!whole.stream.is_empty(), "seed {seed}");
         }
     }
     assert!(
@@ -583,28 +624,12 @@ fn whole_posted_sends_match_the_general_steps() {
             }
             p.b.inbox = stream.clone();
             p.drive();
-            let st = p.b.conn.stats();
-            (
-                p.b.mem.stream.clone(),
-                p.b.recv_completions(),
-                (st.fpdus_in, st.bytes_placed_buffered, st.crc_errors),
-                p.b.conn.state(),
-                p.b.conn.error(),
-                p.b.sent.clone(),
-                p.b.mem.bytes(BASE + 4096, 12288).to_vec(),
-                p.b.conn.recvs_posted(),
-            )
+            Left::of(&p.b, BASE + 4096, 12288)
         };
-        let (whole, bytes) = (run(Chunking::Whole), run(Chunking::Bytes));
-        assert!(
-            whole == bytes,
-            "seed {seed}: fed whole {:?}, a byte at a time {:?}",
-            (&whole.1, whole.2, whole.3, whole.4, whole.7),
-            (&bytes.1, bytes.2, bytes.3, bytes.4, bytes.7)
-        );
-        if good && fits && whole.3 == State::Open {
+        let whole = Left::same_either_way(seed, run);
+        if good && fits && whole.state == State::Open {
             clean += 1;
-            assert_eq!(whole.1.len() as u64, sends, "seed {seed}");
+            assert_eq!(whole.recvs.len() as u64, sends, "seed {seed}");
         }
     }
     assert!(clean > 30, "{clean} streams of good Sends all taken");
