@@ -171,9 +171,25 @@ fn stream_mode_delivers_in_order() {
     }
 }
 
+/// Two cut points `x <= y` in `0..=len`: a payload as one part (both at the end), two or
+/// three (some possibly empty).
+fn split3(rng: &mut Rng, len: usize) -> (usize, usize) {
+    match rng.below(3) {
+        0 => (len, len),
+        _ => {
+            let (a, b) = (
+                rng.below(len as u64 + 1) as usize,
+                rng.below(len as u64 + 1) as usize,
+            );
+            (a.min(b), a.max(b))
+        }
+    }
+}
+
 /// The small-Send fast path puts on the wire exactly what posting the same Sends does (the
 /// same FPDUs, MSNs included, with and without CRC and markers), mixed with posted Sends in
-/// any order; it refuses while anything else waits to be framed, and beyond its size limit.
+/// any order, its payload whole or gathered from up to three parts; it refuses while
+/// anything else waits to be framed, and beyond its size limit.
 #[test]
 fn send_now_small_matches_posted_sends() {
     for (crc, markers) in [(true, false), (false, false), (true, true)] {
@@ -208,9 +224,11 @@ fn send_now_small_matches_posted_sends() {
                     .post_send(i, &[Sge::new(at, len as u32)], flags())
                     .unwrap();
                 // refused while that Send waits to be framed
-                assert!(!fast.a.conn.send_now_small(&bytes, &mut t));
+                assert!(!fast.a.conn.send_now_small(&[&bytes], &mut t));
             } else {
-                assert!(fast.a.conn.send_now_small(&bytes, &mut t), "Send {i}");
+                let (x, y) = split3(&mut rng, len);
+                let parts = [&bytes[..x], &bytes[x..y], &bytes[y..]];
+                assert!(fast.a.conn.send_now_small(&parts, &mut t), "Send {i}");
                 let wire = t.gather(&fast.a.mem);
                 assert_eq!(wire.len(), t.len());
                 fast.a.sent.extend_from_slice(&wire);
@@ -240,12 +258,20 @@ fn send_now_small_matches_posted_sends() {
     });
     let big = vec![7u8; SMALL_SEND_MAX + 1];
     let mut t = Transmit::default();
-    assert!(!p.a.conn.send_now_small(&big, &mut t), "over the limit");
+    assert!(!p.a.conn.send_now_small(&[&big], &mut t), "over the limit");
+    assert!(
+        !p.a.conn.send_now_small(&[&big[..9], &big[9..]], &mut t),
+        "over the limit in two parts"
+    );
     assert!(!p.a.conn.send_now_small(&[], &mut t), "empty");
-    assert!(p.a.conn.send_now_small(&big[1..], &mut t), "at the limit");
+    assert!(!p.a.conn.send_now_small(&[&[], &[]], &mut t), "empty parts");
+    assert!(
+        p.a.conn.send_now_small(&[&big[1..]], &mut t),
+        "at the limit"
+    );
     p.a.conn.set_mulpdu(SMALL_SEND_MAX + 17).unwrap();
     assert!(
-        !p.a.conn.send_now_small(&big[1..], &mut t),
+        !p.a.conn.send_now_small(&[&big[1..]], &mut t),
         "over the MULPDU"
     );
 }
@@ -315,10 +341,12 @@ fn send_now_small_wr_matches_posted_sends() {
                     .conn
                     .post_send(i, &[Sge::new(at, len as u32)], fl)
                     .unwrap();
-                assert!(!fast.a.conn.send_now_small_wr(i, &bytes, fl, &mut t));
+                assert!(!fast.a.conn.send_now_small_wr(i, &[&bytes], fl, &mut t));
             } else {
+                let (x, y) = split3(&mut rng, len);
+                let parts = [&bytes[..x], &bytes[x..y], &bytes[y..]];
                 assert!(
-                    fast.a.conn.send_now_small_wr(i, &bytes, fl, &mut t),
+                    fast.a.conn.send_now_small_wr(i, &parts, fl, &mut t),
                     "Send {i}"
                 );
                 let wire = t.gather(&fast.a.mem);

@@ -265,7 +265,8 @@ fn small_writes_fill_the_buffers_and_mix_with_large() {
         let mut at = 0usize;
         let mut full = false;
         for _ in 0..200_000 {
-            let n = (1 + rng.below(2048) as usize).min(data.len() - at);
+            // (up to the small-write fast path's limit, `SMALL_SEND_MAX`)
+            let n = (1 + rng.below(16 << 10) as usize).min(data.len() - at);
             if n == 0 {
                 break;
             }
@@ -299,7 +300,7 @@ fn small_writes_fill_the_buffers_and_mix_with_large() {
                 }
                 let n = match i % 4 {
                     0 => 65536 + rng.below(200_000) as usize,
-                    _ => 1 + rng.below(2048) as usize,
+                    _ => 1 + rng.below(16 << 10) as usize,
                 }
                 .min(end - at);
                 let cut = at + n / 2;
@@ -330,8 +331,9 @@ fn small_writes_fill_the_buffers_and_mix_with_large() {
 #[test]
 fn small_posted_sends_complete_in_order() {
     bounded(60, || {
-        const N: usize = 6000;
-        const MAX: usize = 2048;
+        const N: usize = 2000;
+        // (the fast path's limit, `SMALL_SEND_MAX`)
+        const MAX: usize = 16 << 10;
         const LARGE_AT: usize = N / 2;
         let o = Options::default();
         let (a, b) = pair_bufs(&o, &o, Some(8192));

@@ -187,27 +187,30 @@ impl Framer {
         self.position = w.pos;
     }
 
-    /// As [`Framer::frame_with_head`] for a small ULPDU `head` + `payload` framed whole into
-    /// `out` (appended): ULPDU_LENGTH, head, payload, pad and CRC in one contiguous run, one
+    /// As [`Framer::frame_with_head`] for a small ULPDU `head` + `parts` framed whole into
+    /// `out` (appended): ULPDU_LENGTH, head, the parts, pad and CRC in one contiguous run, one
     /// CRC pass over it. False, and nothing framed, with markers (a marker may fall inside:
     /// use [`Framer::frame_with_head`]).
     ///
     /// # Panics
     ///
     /// As [`Framer::frame`].
-    pub fn frame_contiguous(&mut self, head: &[u8], payload: &[u8], out: &mut Vec<u8>) -> bool {
+    pub fn frame_contiguous(&mut self, head: &[u8], parts: &[&[u8]], out: &mut Vec<u8>) -> bool {
         if self.cfg.markers {
             return false;
         }
-        let ulpdu_len = head.len() + payload.len();
+        let ulpdu_len = head.len() + parts.iter().map(|p| p.len()).sum::<usize>();
         assert!(
             (1..=MAX_ULPDU_LEN).contains(&ulpdu_len),
             "ULPDU length {ulpdu_len} outside 1..=65535"
         );
         let start = out.len();
+        out.reserve(2 + ulpdu_len + 3 + 4);
         out.extend_from_slice(&(ulpdu_len as u16).to_be_bytes());
         out.extend_from_slice(head);
-        out.extend_from_slice(payload);
+        for p in parts {
+            out.extend_from_slice(p);
+        }
         out.extend_from_slice(&[0u8; 3][..pad_len(ulpdu_len)]);
         let crc = if self.cfg.crc {
             crc::to_wire(crc::crc32c(&out[start..]))
@@ -355,8 +358,8 @@ mod tests {
     }
 
     /// `frame_contiguous` puts the same octets on the wire as `frame` with the head as the
-    /// first part (CRC on and off), appended to what the buffer holds; with markers it frames
-    /// nothing.
+    /// first part (CRC on and off; the payload whole, split in two or in three parts, or
+    /// none), appended to what the buffer holds; with markers it frames nothing.
     #[test]
     fn frame_contiguous_matches_frame() {
         for crc in [true, false] {
@@ -371,7 +374,19 @@ mod tests {
                 let payload: Vec<u8> = (0..(i * 7) % 97).map(|x| (x * i) as u8).collect();
                 let want = a.frame_to_vec(&[&head, &payload]);
                 let at = out.len();
-                assert!(b.frame_contiguous(&head, &payload, &mut out));
+                let (x, y) = (i % 5 * payload.len() / 4, i % 3 * payload.len() / 2);
+                let (x, y) = (x.min(y), x.max(y));
+                let parts: &[&[u8]] = match i % 3 {
+                    0 => &[&payload],
+                    1 => &[&payload[..x], &payload[x..]],
+                    _ => &[&payload[..x], &payload[x..y], &payload[y..]],
+                };
+                let parts = if payload.is_empty() && i % 2 == 0 {
+                    &[][..]
+                } else {
+                    parts
+                };
+                assert!(b.frame_contiguous(&head, parts, &mut out));
                 assert_eq!(&out[at..], &want[..], "FPDU {i}, crc {crc}");
                 assert_eq!(a.position(), b.position());
             }
@@ -382,7 +397,7 @@ mod tests {
             markers: true,
         });
         let mut out = Vec::new();
-        assert!(!m.frame_contiguous(&[1; 18], b"x", &mut out));
+        assert!(!m.frame_contiguous(&[1; 18], &[b"x"], &mut out));
         assert!(
             out.is_empty() && m.position() == 0,
             "markers: nothing framed"

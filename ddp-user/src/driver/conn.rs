@@ -925,25 +925,6 @@ pub(crate) fn ended_errno(_st: &ConnState) -> Errno {
     Errno::EPIPE
 }
 
-/// The small-write fast paths' payload: `bufs` (at most [`SMALL_SEND_MAX`] bytes in all) as
-/// one slice: the buffer itself when there is one, else joined in `scratch` (a 2 KiB array
-/// made, and zeroed, only then: 2 KiB of memset per call is a tenth of the whole path).
-pub(crate) fn join_small<'a>(
-    bufs: &[&'a [u8]],
-    scratch: &'a mut Option<[u8; SMALL_SEND_MAX]>,
-) -> &'a [u8] {
-    if let [one] = bufs {
-        return one;
-    }
-    let joined = scratch.insert([0u8; SMALL_SEND_MAX]);
-    let mut at = 0;
-    for b in bufs {
-        joined[at..at + b.len()].copy_from_slice(b);
-        at += b.len();
-    }
-    &joined[..at]
-}
-
 impl ConnState {
     pub(crate) fn new(phase: Phase, role: Role) -> ConnState {
         ConnState {
@@ -1246,11 +1227,9 @@ impl ConnState {
         {
             return None;
         }
-        let mut scratch = None;
-        let payload = join_small(bufs, &mut scratch);
         let conn = self.conn.as_mut()?;
         let mut t = core::mem::take(&mut self.spare_tx);
-        if !conn.send_now_small(payload, &mut t) {
+        if !conn.send_now_small(bufs, &mut t) {
             self.spare_tx = t;
             return None;
         }
@@ -1261,7 +1240,7 @@ impl ConnState {
 
     /// `post_send`'s fast path ([`Connection::send_now_small_wr`]; `flags` as the application
     /// asked, a completion only if `signaled`): a posted Send of at most
-    /// [`SMALL_SEND_MAX`] bytes, gathered by the caller into `payload`, on an open socket
+    /// [`SMALL_SEND_MAX`] bytes in all (`payload`, the work request's SGEs), on an open socket
     /// with nothing waiting to be framed or written is framed whole and written at once, and
     /// its completion goes into the CQ as soon as its bytes are in the kernel. Completions
     /// still owed (a Read waiting for its response) come first, as for any post. False when
@@ -1270,10 +1249,11 @@ impl ConnState {
         &mut self,
         sh: &Shared,
         wr_id: u64,
-        payload: &[u8],
+        payload: &[&[u8]],
+        len: usize,
         flags: SendFlags,
     ) -> bool {
-        if payload.len() > SMALL_SEND_MAX || !self.small_now_ok() {
+        if len > SMALL_SEND_MAX || !self.small_now_ok() {
             return false;
         }
         let Some(conn) = self.conn.as_mut() else {
@@ -1290,7 +1270,7 @@ impl ConnState {
             self.spare_tx = t;
             return false;
         }
-        self.note_app_wr(wr_id, flags.signaled, payload.len() as u64);
+        self.note_app_wr(wr_id, flags.signaled, len as u64);
         self.write_small_now(sh, t, true);
         true
     }

@@ -12,7 +12,7 @@ use ddp_proto::conn::{PostError, Role, SMALL_SEND_MAX, SendFlags, State};
 use ddp_proto::ddp::{STag, Sge, SgeList};
 use ddp_proto::mpa::startup::RtrKind;
 
-use crate::driver::conn::{ConnState, Phase, TX_STREAM_LIMIT, ended_errno, join_small};
+use crate::driver::conn::{ConnState, Phase, TX_STREAM_LIMIT, ended_errno};
 use crate::driver::mem::{UserSink, plausible};
 use crate::driver::startup::Startup;
 use crate::driver::{FORK_GEN, PARENT_FORKS, Shared, engine, move_high};
@@ -1224,7 +1224,7 @@ impl DdpSocket {
     }
 
     /// `post_send`'s fast path for a small Send on an open socket with nothing queued
-    /// ([`ConnState::post_send_small_now`]): the payload is gathered here and framed and
+    /// ([`ConnState::post_send_small_now`]): the payload is framed (copied) from the SGEs and
     /// written at once. False (nothing done) when it does not apply.
     ///
     /// # Safety
@@ -1244,10 +1244,9 @@ impl DdpSocket {
             *p = unsafe { core::slice::from_raw_parts(g.addr as *const u8, g.len as usize) };
         }
         debug_assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), len);
-        let mut scratch = None;
-        let payload = join_small(&parts[..s.len()], &mut scratch);
         let mut st = sh.lock();
-        matches!(st.phase, Phase::Open) && st.post_send_small_now(sh, wr_id, payload, fl)
+        matches!(st.phase, Phase::Open)
+            && st.post_send_small_now(sh, wr_id, &parts[..s.len()], len, fl)
     }
 
     /// Posts a Send with Invalidate of the peer's `inv_stag`.
