@@ -138,19 +138,24 @@ const STREAM_MSG_MAX: usize = 1 << 20;
 /// ([`ConnState::accept_stream_lent`]); smaller ones are copied (cheaper than the checks).
 const LEND_MIN: usize = 16 << 10;
 /// Payloads of FPDUs whose ULPDU is shorter than this are not placed directly (a `recvmsg`
-/// each) but copied out of large buffered reads, which carry many of them: a system call
-/// costs about what copying 8–16 KiB does here. So on a 1500-byte-MTU network, where the
-/// peer's FPDUs are MSS-sized (1,448 bytes), RDMA Writes and posted Sends are copied out of
-/// 64 KiB reads (measured across a veth pair: RDMA Write 1 MiB 0.26× TCP with a `recvmsg`
-/// per FPDU, 0.8–1.0× buffered); with jumbo frames (8,948-byte MSS) and on loopback they
-/// are placed directly.
-const DIRECT_MIN: usize = 8 << 10;
+/// for the header, one for the payload) but copied out of large buffered reads, which carry
+/// many of them: a system call costs about what copying 8–16 KiB does here. So on a
+/// 1500-byte-MTU network, where the peer's FPDUs are MSS-sized (1,448 bytes), RDMA Writes and
+/// posted Sends are copied out of 64 KiB reads (measured across a veth pair: RDMA Write 1 MiB
+/// 0.26× TCP with a `recvmsg` per FPDU, 0.8–1.0× buffered), and so are jumbo frames' (8,948
+/// bytes; session 39, 2 runs: RDMA Write 1 MiB 0.97× TCP either way, posted Sends 64 KiB
+/// 0.97× placed, 1.02× copied). On loopback (FPDUs of 32–64 KiB) they are placed directly.
+/// Session 39 raised it from 8 KiB: a 12 KiB ping-pong into posted receives went from 1.50×
+/// TCP to 1.33× (docs/performance.md).
+const DIRECT_MIN: usize = 16 << 10;
 /// Buffered reads when direct placement is likely: a header and a little more.
 const SMALL_READ: usize = 256;
 /// Stream FPDUs with ULPDUs at least this large are placed straight into a reader's buffer
 /// (one `recvmsg` each, with the next header); smaller ones are copied out of large buffered
-/// reads, which carry many of them.
-const STREAM_DIRECT_MIN: usize = 16 << 10;
+/// reads, which carry many of them. Session 39 raised it from 16 KiB, with [`DIRECT_MIN`]:
+/// a 16–24 KiB ping-pong with plain calls went from 1.45–1.50× TCP to 1.32–1.38×, stream
+/// bandwidth with 16–64 KiB writes unchanged.
+const STREAM_DIRECT_MIN: usize = 32 << 10;
 /// Bytes sent before the EMSS is asked again the first time ([`ConnState::recheck_mss`]);
 /// then at twice as much, [`MSS_CHECKS`] times in all (the last at 8 GiB).
 const MSS_CHECK_FIRST: u64 = 128 << 10;
