@@ -2086,11 +2086,11 @@ impl Connection {
 
     /// The small-Send fast path: when nothing else waits to be framed (no work request, no
     /// message half sent, no Read Response, Terminate or RTR due), frames one unsolicited Send
-    /// of `payload` (1 ..= [`SMALL_SEND_MAX`] octets in all, one FPDU; a gather list) into `t`
-    /// (cleared first), the payload copied into its scratch, and returns true. The Send takes the next MSN like
-    /// any other, but there is no work request and no completion: for a driver whose bytes
-    /// need none (stream data, its own copy). False, and nothing changed, when the fast path
-    /// does not apply: post the Send as usual then.
+    /// of `payload` (a gather list of 1 ..= [`SMALL_SEND_MAX`] octets in all, one FPDU) into
+    /// `t` (cleared first), the payload copied into its scratch, and returns true. The Send
+    /// takes the next MSN like any other, but there is no work request and no completion: for
+    /// a driver whose bytes need none (stream data, its own copy). False, and nothing
+    /// changed, when the fast path does not apply: post the Send as usual then.
     pub fn send_now_small(&mut self, payload: &[&[u8]], t: &mut Transmit) -> bool {
         let m = RdmapMessage::Send {
             msn: self.tx_qn[0].peek(),

@@ -153,7 +153,7 @@ const SMALL_READ: usize = 256;
 /// Stream FPDUs with ULPDUs at least this large are placed straight into a reader's buffer
 /// (one `recvmsg` each, with the next header); smaller ones are copied out of large buffered
 /// reads, which carry many of them. Session 39 raised it from 16 KiB, with [`DIRECT_MIN`]:
-/// a 16–24 KiB ping-pong with plain calls went from 1.45–1.50× TCP to 1.32–1.38×, stream
+/// a 16–24 KiB ping-pong with plain calls went from 1.39–1.85× TCP to 1.29–1.42×, stream
 /// bandwidth with 16–64 KiB writes unchanged.
 const STREAM_DIRECT_MIN: usize = 32 << 10;
 /// Bytes sent before the EMSS is asked again the first time ([`ConnState::recheck_mss`]);
