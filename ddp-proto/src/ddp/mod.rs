@@ -171,6 +171,26 @@ impl SgeList {
             SgeList::Heap(sges.to_vec())
         }
     }
+
+    /// The list of the `n` SGEs `f(0)`, ..., `f(n - 1)`, built in place (no array to fill
+    /// and copy); the first error ends it.
+    pub fn try_from_fn<E>(
+        n: usize,
+        mut f: impl FnMut(usize) -> Result<Sge, E>,
+    ) -> Result<SgeList, E> {
+        if n <= SGE_INLINE {
+            let mut sges = [Sge::default(); SGE_INLINE];
+            for (i, s) in sges[..n].iter_mut().enumerate() {
+                *s = f(i)?;
+            }
+            Ok(SgeList::Inline { n: n as u8, sges })
+        } else {
+            (0..n)
+                .map(f)
+                .collect::<Result<Vec<_>, E>>()
+                .map(SgeList::Heap)
+        }
+    }
 }
 
 impl core::ops::DerefMut for SgeList {
@@ -301,5 +321,26 @@ mod tests {
         assert_eq!(got, vec![(204, 2)]);
         assert_eq!(sge_total(&sges), 10);
         assert!(sge_pieces(&sges, 10, 0, |_, _| panic!()));
+    }
+
+    #[test]
+    fn sge_list_built_in_place_equals_the_copied_one() {
+        let all: Vec<Sge> = (0..5).map(|i| Sge::new(1000 * i, i as u32 + 1)).collect();
+        for n in 0..=all.len() {
+            let built = SgeList::try_from_fn(n, |i| Ok::<_, ()>(all[i])).unwrap();
+            assert_eq!(built, SgeList::from_slice(&all[..n]), "{n} SGEs");
+            assert_eq!(&built[..], &all[..n]);
+        }
+        // The first error ends the list, inline or on the heap.
+        let mut asked = Vec::new();
+        let r = SgeList::try_from_fn(4, |i| {
+            asked.push(i);
+            if i == 2 { Err(i) } else { Ok(all[i]) }
+        });
+        assert_eq!((r, asked), (Err(2), vec![0, 1, 2]));
+        assert_eq!(
+            SgeList::try_from_fn(2, |i| if i == 1 { Err(7) } else { Ok(all[i]) }),
+            Err(7)
+        );
     }
 }

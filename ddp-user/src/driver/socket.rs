@@ -367,12 +367,11 @@ fn sges(iov: &[libc::iovec]) -> Result<SgeList, Errno> {
     if iov.len() > MAX_SGE {
         return Err(Errno::EINVAL);
     }
-    let mut a = [Sge::default(); MAX_SGE];
-    for (s, v) in a.iter_mut().zip(iov) {
+    SgeList::try_from_fn(iov.len(), |i| {
+        let v = &iov[i];
         let l = u32::try_from(v.iov_len).map_err(|_| Errno::EINVAL)?;
-        *s = Sge::new(v.iov_base as u64, l);
-    }
-    Ok(SgeList::from_slice(&a[..iov.len()]))
+        Ok(Sge::new(v.iov_base as u64, l))
+    })
 }
 
 fn reg_errno(e: RegError) -> Errno {
@@ -1366,19 +1365,24 @@ impl DdpSocket {
         let mut read_input = g.st().lazy_until.is_none() || timeout == Some(Duration::ZERO);
         loop {
             let st = g.st();
-            // (nothing to do yet in a first round that does not read: skip it)
-            if read_input || st.has_tail() || st.has_pending_input() || st.is_connecting() {
+            // (nothing to do yet in a first round that does not read: skip it, and the look
+            // at the queue after it unless the connection ended: `cq_wait_begin` looks under
+            // its lock anyway)
+            let round = read_input || st.has_tail() || st.has_pending_input() || st.is_connecting();
+            if round {
                 st.defer_wc = true;
                 sh.progress(st, None, read_input);
                 st.defer_wc = false;
             }
             read_input = true;
-            let n = sh.poll_cq(out, true);
-            if n > 0 {
-                if sh.stale_signal() {
-                    sh.note_hold(g.st());
+            if round || ended(g.st()) {
+                let n = sh.poll_cq(out, true);
+                if n > 0 {
+                    if sh.stale_signal() {
+                        sh.note_hold(g.st());
+                    }
+                    return Ok(n);
                 }
-                return Ok(n);
             }
             if ended(g.st()) {
                 sh.drain_stale_signal();
