@@ -2096,7 +2096,7 @@ impl Connection {
             msn: self.tx_qn[0].peek(),
             mo: 0,
         };
-        self.frame_small_now(m, payload, t)
+        self.frame_small_now(m, payload, t).is_some()
     }
 
     /// [`Connection::send_now_small`] for a posted Send (`post_send` with `flags`) whose
@@ -2118,15 +2118,15 @@ impl Connection {
         } else {
             RdmapMessage::Send { msn, mo: 0 }
         };
-        if !self.frame_small_now(m, payload, t) {
+        let Some(len) = self.frame_small_now(m, payload, t) else {
             return false;
-        }
+        };
         self.pending.push_back(PendingCompletion {
             c: Completion {
                 wr_id,
                 opcode: WcOpcode::Send,
                 status: WcStatus::Success,
-                byte_len: payload.iter().map(|p| p.len() as u64).sum(),
+                byte_len: len as u64,
                 inv_stag: None,
                 solicited: false,
             },
@@ -2138,9 +2138,14 @@ impl Connection {
     }
 
     /// Frames `m` (a Send carrying the next MSN, peeked by the caller and taken here) with
-    /// `payload` whole, for the small-Send fast paths; false, nothing changed, if they do
-    /// not apply.
-    fn frame_small_now(&mut self, m: RdmapMessage, payload: &[&[u8]], t: &mut Transmit) -> bool {
+    /// `payload` whole, for the small-Send fast paths: the payload's length in all; None,
+    /// nothing changed, if they do not apply.
+    fn frame_small_now(
+        &mut self,
+        m: RdmapMessage,
+        payload: &[&[u8]],
+        t: &mut Transmit,
+    ) -> Option<usize> {
         let len: usize = payload.iter().map(|p| p.len()).sum();
         if len == 0
             || len > SMALL_SEND_MAX
@@ -2153,7 +2158,7 @@ impl Connection {
             || !self.sq.is_empty()
             || !self.irq.is_empty()
         {
-            return false;
+            return None;
         }
         t.scratch.clear();
         t.pieces.clear();
@@ -2174,7 +2179,7 @@ impl Connection {
             t.pieces.push(TxPiece::Scratch(0..t.scratch.len()));
             t.fpdus = 1;
             self.stats.fpdus_out += 1;
-            return true;
+            return Some(len);
         }
         let mut pieces = core::mem::take(&mut self.frame_pieces);
         pieces.clear();
@@ -2201,7 +2206,7 @@ impl Connection {
         self.frame_pieces = pieces;
         t.fpdus = 1;
         self.stats.fpdus_out += 1;
-        true
+        Some(len)
     }
 
     fn send_rtr<M: Memory + ?Sized>(&mut self, t: &mut Transmit, kind: RtrKind, mem: &M) {
