@@ -565,6 +565,76 @@ static int c_poll_goes_on(void)
 	return 0;
 }
 
+/* Two threads wait in poll(POLLIN) on the same fd, each with a set of that fd alone (one of them
+ * gets the socket's own epoll wait set, the other polls both of the socket's fds itself): data
+ * that arrives wakes both, as it wakes every poller of a TCP socket. Three rounds, so that the
+ * wait set changes hands. Then one thread polls while another reads part of the data: what is
+ * left wakes the poller. Every byte is checked. */
+struct poller_arg {
+	int fd;
+	volatile int entered;
+	volatile pid_t tid;
+	int r;
+	short revents;
+};
+
+static void *poller(void *p)
+{
+	struct poller_arg *a = p;
+	a->tid = gettid();
+	struct pollfd q = { .fd = a->fd, .events = POLLIN };
+	__atomic_store_n(&a->entered, 1, __ATOMIC_RELEASE);
+	a->r = poll(&q, 1, WAIT_MS);
+	a->revents = q.revents;
+	return NULL;
+}
+
+static int c_poll_two_threads(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	for (int round = 0; round < 3; round++) {
+		struct poller_arg a[2] = { { .fd = c }, { .fd = c } };
+		pthread_t t[2];
+		for (int i = 0; i < 2; i++) {
+			REQ(pthread_create(&t[i], NULL, poller, &a[i]) == 0, "pthread_create");
+			TRY(wait_blocked(&a[i].tid, &a[i].entered, "poller"));
+		}
+		uint64_t seed = xs_seed(81, 82, (uint64_t)round);
+		TRY(put(s, 700, seed, 0, "write to two pollers"));
+		for (int i = 0; i < 2; i++) {
+			TRY(timed_join(t[i], WAIT_MS + 1000, "poller"));
+			REQ(a[i].r == 1 && (a[i].revents & POLLIN),
+			    "round %d: poller %d of 2: poll = %d revents 0x%x, expected POLLIN", round, i,
+			    a[i].r, a[i].revents);
+		}
+		TRY(get(c, 700, seed, 0, "read after both pollers woke"));
+		struct pollfd q = { .fd = c, .events = POLLIN };
+		int r = poll(&q, 1, 0);
+		REQ(r == 0, "round %d: all data read, but poll(POLLIN) = %d revents 0x%x", round, r,
+		    q.revents);
+	}
+	/* one thread polls while this one reads part of what arrives: the rest wakes the poller */
+	for (int round = 0; round < 3; round++) {
+		struct poller_arg a = { .fd = c };
+		pthread_t t;
+		REQ(pthread_create(&t, NULL, poller, &a) == 0, "pthread_create");
+		TRY(wait_blocked(&a.tid, &a.entered, "poller"));
+		uint64_t seed = xs_seed(83, 84, (uint64_t)round);
+		TRY(put(s, 700, seed, 0, "write to a poller and a reader"));
+		TRY(get(c, 100, seed, 0, "part read beside the poller"));
+		TRY(timed_join(t, WAIT_MS + 1000, "poller"));
+		REQ(a.r == 1 && (a.revents & POLLIN),
+		    "round %d: 600 of 700 bytes unread, but the poller's poll = %d revents 0x%x", round,
+		    a.r, a.revents);
+		TRY(get(c, 600, seed, 100, "the rest after the poller woke"));
+	}
+	TRY(both_ways(c, s, "after the pollers"));
+	close(c);
+	close(s);
+	return 0;
+}
+
 /* Reads exactly n bytes of pattern (seed, off) with raw ppoll/read syscalls (the library does not
  * see them); bounded. */
 static int get_raw(int fd, size_t n, uint64_t seed, uint64_t off, const char *what)
@@ -2309,6 +2379,7 @@ struct tcase {
 static const struct tcase cases[] = {
 	{ "poll", c_poll, "poll/ppoll: no POLLIN before data, POLLIN after, POLLOUT, partial reads" },
 	{ "poll-goes-on", c_poll_goes_on, "poll woken by zero-length Sends goes on with the time left, ends on time" },
+	{ "poll-two-threads", c_poll_two_threads, "two threads in poll(POLLIN) on one fd, or one in poll and one reading: data wakes both" },
 	{ "poll-large", c_poll_large, "large messages after POLLIN: whole, pieces, MSG_PEEK, FIONREAD, raw read" },
 	{ "write-reuse", c_write_reuse, "large writes, buffer overwritten at once: peer gets every byte as written" },
 	{ "select", c_select, "select/pselect readability and writability, partial reads, time left, EBADF, EFAULT" },

@@ -959,6 +959,12 @@ impl Shared {
     /// caller brings the epoll interest in line before it lets go of the lock.
     pub(crate) fn serve_round(&self, st: &mut ConnState, may_hold: bool, rearm: bool) -> bool {
         st.poll_reader = may_hold;
+        // Held data is seen only by those who ask the library: a thread that already sleeps
+        // in the kernel on this socket (another `poll`, a blocking `recv`) waits for the app
+        // fd, and the input it was also woken for is gone. With another thread inside, the
+        // data goes into the socketpair, whose readiness the kernel reports to every waiter
+        // (ddp-fdtest poll-two-threads: held, the second poller slept out its timeout).
+        let may_hold = may_hold && st.inline <= 1;
         // (a backlog already waiting is the front of the stream while the socketpair is
         // empty: it is held too, and read before what arrives now)
         if may_hold && st.is_open() && !st.rd_shut && !st.pair_maybe_readable() {
