@@ -393,6 +393,40 @@ pub fn epoll_wait(
     })
 }
 
+/// `epoll_pwait2(ep, events, timeout, mask)`: a timeout to the nanosecond (`None`: none) and
+/// the caller's signal mask during the wait (null: unchanged), as `ppoll` takes them; `EINTR`
+/// is returned to the caller. `ENOSYS` before Linux 5.11.
+///
+/// # Safety
+/// `mask` is null or points to a valid signal set.
+pub unsafe fn epoll_pwait2(
+    ep: RawFd,
+    events: &mut [libc::epoll_event],
+    timeout: Option<Duration>,
+    mask: *const libc::sigset_t,
+) -> Result<usize> {
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `events` has room for `len` entries; `tsp` is null or points at `ts`; `mask` is
+    // null or the caller's valid sigset (the kernel reads `_NSIG / 8` bytes of it).
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_epoll_pwait2,
+            ep,
+            events.as_mut_ptr(),
+            events.len() as c_int,
+            tsp,
+            mask,
+            if mask.is_null() { 0usize } else { 8usize },
+        )
+    })
+}
+
 /// Rounds a timeout up to whole milliseconds (`-1` = none), so that a wait never ends early.
 fn timeout_ms(timeout: Option<Duration>) -> c_int {
     match timeout {

@@ -108,7 +108,7 @@ unsafe fn routed_poll(fds: *mut pollfd, n: nfds_t, timeout_ms: c_int) -> Result<
     let timeout = (timeout_ms >= 0).then(|| core::time::Duration::from_millis(timeout_ms as u64));
     // SAFETY: the caller's arguments.
     unsafe {
-        poll_inline(fds, n, timeout, false, |f, k, t| {
+        poll_inline(fds, n, timeout, false, core::ptr::null(), |f, k, t| {
             let ms = t.map_or(-1, |t| {
                 t.as_nanos().div_ceil(1_000_000).min(c_int::MAX as u128) as c_int
             });
@@ -135,7 +135,7 @@ unsafe fn routed_ppoll(
         Some(timeout_of(ts.tv_sec, ts.tv_nsec, 1_000_000_000).ok_or(Errno(libc::EINVAL))?)
     };
     // SAFETY: the caller's arguments.
-    unsafe { poll_inline(fds, n, t, false, |f, k, t| real_ppoll(f, k, t, mask)) }
+    unsafe { poll_inline(fds, n, t, false, mask, |f, k, t| real_ppoll(f, k, t, mask)) }
 }
 
 /// The real `ppoll` with a `Duration` timeout (`None`: none) and a signal mask.
@@ -199,15 +199,18 @@ fn on_main_stack(p: *const u8, len: usize) -> bool {
 /// for its reader ([`ddp_user::DdpSocket::poll_held`]) is readable at once: no wait. Without
 /// such sockets: `call` on `fds` as given. `EINTR` and errors are the kernel's, unchanged.
 /// `own_array`: `fds` is the library's own (select's conversion), known to be readable.
+/// A set of one DDP fd waits on that socket's own epoll instance instead, where its two fds
+/// stay registered ([`ddp_user::PollWait::wait_alone`]), with `mask` as `call` has it.
 ///
 /// # Safety
 /// `fds` is valid for `n` entries (or `n` is 0); `call` is the real poll with the caller's
-/// signal mask, if any.
+/// signal mask, if any, and `mask` is that mask (null: none).
 unsafe fn poll_inline(
     fds: *mut pollfd,
     n: nfds_t,
     timeout: Option<core::time::Duration>,
     own_array: bool,
+    mask: *const sigset_t,
     call: impl Fn(*mut pollfd, nfds_t, Option<core::time::Duration>) -> c_int,
 ) -> Result<c_int, Errno> {
     // The caller's entries (copied in below) and one per wait: only the first `n + k` entries
@@ -282,7 +285,7 @@ unsafe fn poll_inline(
             let Some(c) = r.conn() else {
                 continue;
             };
-            match c.sock.poll_enter() {
+            match c.sock.poll_enter(n == 1) {
                 ddp_user::PollEnter::Held => {
                     held_now[h_n] = i;
                     h_n += 1;
@@ -362,7 +365,18 @@ unsafe fn poll_inline(
         } else {
             deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()))
         };
-        let r = cvt(call(ext.as_mut_ptr(), (n + k) as nfds_t, left))?;
+        let alone = match (n + k, waits[0].as_ref()) {
+            (2, Some(w)) if ext[1].fd >= 0 => {
+                let pair: &mut [pollfd; 2] = (&mut ext[..2]).try_into().expect("two entries");
+                // SAFETY: `mask` is the caller's (null or valid, as `call` has it).
+                unsafe { w.1.wait_alone(pair, left, mask) }
+            }
+            _ => None,
+        };
+        let r = match alone {
+            Some(r) => r.map(|v| v as c_int).map_err(|e| Errno(e.0))?,
+            None => cvt(call(ext.as_mut_ptr(), (n + k) as nfds_t, left))?,
+        };
         let mut serviced = false;
         let mut held = false;
         for (j, w) in waits[..k].iter().flatten().enumerate() {
@@ -630,9 +644,14 @@ unsafe fn select_inline(
     }
     // SAFETY: our own array of `k` entries; `mask` as the caller's.
     let r = unsafe {
-        poll_inline(pfds.as_mut_ptr(), k as nfds_t, timeout, true, |f, k, t| {
-            real_ppoll(f, k, t, mask)
-        })
+        poll_inline(
+            pfds.as_mut_ptr(),
+            k as nfds_t,
+            timeout,
+            true,
+            mask,
+            |f, k, t| real_ppoll(f, k, t, mask),
+        )
     };
     if let Err(e) = r {
         return Some(Err(e));

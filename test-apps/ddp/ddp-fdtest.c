@@ -635,6 +635,56 @@ static int c_poll_two_threads(void)
 	return 0;
 }
 
+static volatile sig_atomic_t sig_count; /* (the SIGUSR1 handler's, below) */
+static void on_usr1(int sig);
+
+/* ppoll's signal mask is the one in force during its wait: SIGUSR1, blocked in this thread and
+ * already pending, is delivered as soon as ppoll unblocks it (EINTR, the handler ran), with
+ * nothing to read; the same ppoll without that mask waits out its timeout, the signal still
+ * pending. Then data still reads. */
+static int c_ppoll_mask(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	struct sigaction sa = { .sa_handler = on_usr1 }, old;
+	sigemptyset(&sa.sa_mask);
+	REQE(sigaction(SIGUSR1, &sa, &old) == 0, "sigaction");
+	sigset_t usr1, prev, open;
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	REQ(pthread_sigmask(SIG_BLOCK, &usr1, &prev) == 0, "pthread_sigmask");
+	REQ(pthread_kill(pthread_self(), SIGUSR1) == 0, "pthread_kill");
+	int before = sig_count;
+	struct pollfd p = { .fd = c, .events = POLLIN };
+	struct timespec ts = { 0, 150 * 1000 * 1000 };
+	int r = ppoll(&p, 1, &ts, NULL); /* SIGUSR1 stays blocked */
+	REQ(r == 0 && sig_count == before, "ppoll without a mask, SIGUSR1 blocked and pending: = %d "
+					   "revents 0x%x, handler ran %d times", r, p.revents,
+	    sig_count - before);
+	REQ(pthread_sigmask(SIG_BLOCK, NULL, &open) == 0, "pthread_sigmask");
+	sigdelset(&open, SIGUSR1);
+	ts.tv_sec = WAIT_MS / 1000;
+	ts.tv_nsec = 0;
+	uint64_t t0 = xs_now_ns();
+	r = ppoll(&p, 1, &ts, &open);
+	int err = errno;
+	uint64_t ms = (xs_now_ns() - t0) / 1000000;
+	REQ(r == -1 && err == EINTR && sig_count == before + 1,
+	    "ppoll with a mask that unblocks the pending SIGUSR1: = %d (%s), handler ran %d times, "
+	    "after %llu ms; expected -1 EINTR at once", r, r < 0 ? xs_errname(err) : "-",
+	    sig_count - before, (unsigned long long)ms);
+	REQ(pthread_sigmask(SIG_SETMASK, &prev, NULL) == 0, "pthread_sigmask");
+	sigaction(SIGUSR1, &old, NULL);
+	uint64_t seed = xs_seed(91, 92, 93);
+	TRY(put(s, 300, seed, 0, "write after the signal"));
+	r = ppoll(&p, 1, &ts, NULL);
+	REQ(r == 1 && (p.revents & POLLIN), "ppoll after the peer wrote: = %d revents 0x%x", r, p.revents);
+	TRY(get(c, 300, seed, 0, "read after ppoll"));
+	close(c);
+	close(s);
+	return 0;
+}
+
 /* Reads exactly n bytes of pattern (seed, off) with raw ppoll/read syscalls (the library does not
  * see them); bounded. */
 static int get_raw(int fd, size_t n, uint64_t seed, uint64_t off, const char *what)
@@ -2380,6 +2430,7 @@ static const struct tcase cases[] = {
 	{ "poll", c_poll, "poll/ppoll: no POLLIN before data, POLLIN after, POLLOUT, partial reads" },
 	{ "poll-goes-on", c_poll_goes_on, "poll woken by zero-length Sends goes on with the time left, ends on time" },
 	{ "poll-two-threads", c_poll_two_threads, "two threads in poll(POLLIN) on one fd, or one in poll and one reading: data wakes both" },
+	{ "ppoll-mask", c_ppoll_mask, "ppoll's signal mask holds during its wait: a pending signal it unblocks is EINTR" },
 	{ "poll-large", c_poll_large, "large messages after POLLIN: whole, pieces, MSG_PEEK, FIONREAD, raw read" },
 	{ "write-reuse", c_write_reuse, "large writes, buffer overwritten at once: peer gets every byte as written" },
 	{ "select", c_select, "select/pselect readability and writability, partial reads, time left, EBADF, EFAULT" },

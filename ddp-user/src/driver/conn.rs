@@ -895,6 +895,9 @@ pub(crate) struct ConnState {
     /// theirs to watch, so the progress thread keeps `EPOLLOUT` interest for it
     /// ([`super::Shared::rearm`]).
     pub(crate) pollers: u32,
+    /// A thread waiting in `poll` uses the socket's wait set (`Shared::wait_set`): the
+    /// others wait with their own `poll` meanwhile.
+    pub(crate) wait_set_busy: bool,
     /// The application asks this socket's readiness with `poll`/`select` (which report data
     /// held for the reader themselves: `DdpSocket::poll_held`), not with `epoll` (whose
     /// readiness is the kernel's, of the socketpair): only then may a `recv` hold what it
@@ -986,6 +989,7 @@ impl ConnState {
             group: None,
             inline: 0,
             pollers: 0,
+            wait_set_busy: false,
             rx_eof: false,
             eng_rd_eof: false,
             eng_shut: false,

@@ -14,6 +14,7 @@ pub mod group;
 pub(crate) mod mem;
 pub mod socket;
 pub(crate) mod startup;
+pub(crate) mod waitset;
 
 use core::time::Duration;
 use std::collections::{HashMap, HashSet};
@@ -746,6 +747,9 @@ pub(crate) struct Shared {
     /// deadline pushed on, up to [`LAZY_STRETCH`] (written by that thread only; an atomic,
     /// read without the socket's lock).
     pub(crate) deadline_visits: AtomicU32,
+    /// The socket's own epoll instance for a thread that waits on it alone in `poll`
+    /// ([`waitset`]; claimed under the lock: `ConnState::wait_set_busy`).
+    pub(crate) wait_set: waitset::WaitSet,
 }
 
 /// A socket's completion queue and the state of its eventfd.

@@ -186,6 +186,8 @@ pub struct PollWait {
     held: bool,
     /// [`PollWait::service_last`] left the socket already: nothing for `drop` to do.
     left: core::cell::Cell<bool>,
+    /// The wait has the socket's wait set ([`PollWait::wait_alone`]).
+    solo: bool,
 }
 
 /// What `poll` does with a socket it is asked `POLLIN` of ([`DdpSocket::poll_enter`]).
@@ -244,6 +246,30 @@ impl PollWait {
         self.sock.sh().tcp_fd
     }
 
+    /// For a caller whose poll set is this socket's app fd alone: waits as the caller's
+    /// `ppoll` would on `fds` = [its app fd entry, [`PollWait::tcp_fd`] with
+    /// [`PollWait::events`]] (the TCP entry's events not 0), on the socket's own epoll
+    /// instance, where both stay registered between waits: one wait-queue entry per wait
+    /// instead of two (`waitset`). Writes both `revents` and returns how many are set.
+    /// `None`: this wait does not have the wait set, or it could not be used; nothing was
+    /// waited for, and the caller polls both fds itself.
+    ///
+    /// # Safety
+    /// `mask` is null or points to a valid signal set (the caller's `ppoll` mask).
+    pub unsafe fn wait_alone(
+        &self,
+        fds: &mut [libc::pollfd; 2],
+        timeout: Option<Duration>,
+        mask: *const libc::sigset_t,
+    ) -> Option<Result<usize, Errno>> {
+        if !self.solo {
+            return None;
+        }
+        let sh = self.sock.sh();
+        // SAFETY: `mask` as the caller promises.
+        unsafe { sh.wait_set.wait(sh.app_end, sh.tcp_fd, fds, timeout, mask) }
+    }
+
     /// The events to ask for on [`PollWait::tcp_fd`] now (0: none; leave it out). The first
     /// call answers what they were when the wait was made.
     pub fn events(&self) -> i16 {
@@ -284,7 +310,7 @@ impl PollWait {
         let held = sh.serve_round(&mut st, true, false);
         if held {
             self.left.set(true);
-            leave_poll(sh, &mut st);
+            leave_poll(sh, &mut st, self.solo);
             if st.inline > 0 {
                 sh.rearm(&mut st); // (not left: another thread is inside)
             }
@@ -306,12 +332,16 @@ impl Drop for PollWait {
             return;
         }
         let sh = self.sock.sh();
-        leave_poll(sh, &mut sh.lock());
+        leave_poll(sh, &mut sh.lock(), self.solo);
     }
 }
 
-/// A thread waiting in `poll` on the socket leaves it ([`PollWait`]).
-fn leave_poll(sh: &Shared, st: &mut ConnState) {
+/// A thread waiting in `poll` on the socket leaves it ([`PollWait`]), giving back the wait
+/// set if it had it (`solo`).
+fn leave_poll(sh: &Shared, st: &mut ConnState, solo: bool) {
+    if solo {
+        st.wait_set_busy = false;
+    }
     st.pollers -= 1;
     st.inline -= 1;
     if st.inline == 0 {
@@ -453,6 +483,7 @@ impl DdpSocket {
             st: Mutex::new(st),
             cq: Mutex::new(Default::default()),
             deadline_visits: AtomicU32::new(0),
+            wait_set: crate::driver::waitset::WaitSet::new(),
         });
         core::mem::forget(fds); // owned by `sh` now (closed in its Drop)
         if let Err(e) = engine.add(&sh) {
@@ -553,7 +584,10 @@ impl DdpSocket {
     /// For `poll`/`ppoll` asking for `POLLIN` on the app fd, under one lock: held data
     /// ([`DdpSocket::poll_held`]), else a wait in the calling thread
     /// ([`DdpSocket::poll_wait`]).
-    pub fn poll_enter(&self) -> PollEnter {
+    ///
+    /// `alone`: the caller's poll set is this socket's fd alone, so the wait may use the
+    /// socket's wait set ([`PollWait::wait_alone`]) if no other thread has it.
+    pub fn poll_enter(&self, alone: bool) -> PollEnter {
         let sh = self.sh();
         if sh.in_child() {
             return PollEnter::Kernel;
@@ -564,7 +598,7 @@ impl DdpSocket {
             sh.note_hold(&mut st);
             return PollEnter::Held;
         }
-        match self.wait_locked(st) {
+        match self.wait_locked(st, alone) {
             Some(w) => PollEnter::Wait(w),
             None => PollEnter::Kernel,
         }
@@ -641,10 +675,12 @@ impl DdpSocket {
         if sh.in_child() {
             return None;
         }
-        self.wait_locked(sh.lock())
+        self.wait_locked(sh.lock(), false)
     }
 
-    fn wait_locked(&self, mut st: MutexGuard<'_, ConnState>) -> Option<PollWait> {
+    /// The wait of [`DdpSocket::poll_enter`] and [`DdpSocket::poll_wait`]; with `alone`, it
+    /// takes the socket's wait set if it is free and usable.
+    fn wait_locked(&self, mut st: MutexGuard<'_, ConnState>, alone: bool) -> Option<PollWait> {
         let sh = self.sh();
         // Data held for a reader that polls again instead: into the socketpair, where the
         // kernel reports it.
@@ -660,12 +696,15 @@ impl DdpSocket {
             sh.disarm_tcp(&mut st);
         }
         sh.rearm(&mut st); // (EPOLLOUT for an unsent tail stays with the progress thread)
+        let solo = alone && !st.wait_set_busy && sh.wait_set.usable();
+        st.wait_set_busy |= solo;
         let w = PollWait {
             sock: self.clone(),
             first_events: core::cell::Cell::new(Some(tcp_events(&st))),
             lazy: st.lazy_until.is_some(),
             held: st.hold_until.is_some(),
             left: core::cell::Cell::new(false),
+            solo,
         };
         drop(st);
         Some(w)
