@@ -946,6 +946,7 @@ impl DdpSocket {
                         if !peek {
                             st.pair_read += n as u64;
                             if st.poll_reader
+                                && st.inline <= 1
                                 && !st.pair_maybe_readable()
                                 && !st.backlog.is_empty()
                                 && st.is_open()
@@ -1006,7 +1007,9 @@ impl DdpSocket {
                 //    reader's next call rather than go through the socketpair: a stream reader
                 //    takes it from the backlog, a `poll` reports it (`poll_held`), anything
                 //    else that waits or asks ends the hold as it does after an inline poll.
-                if st.poll_reader && st.is_open() && !st.rd_shut {
+                //    Only while this thread is alone inside: another one may sleep in the
+                //    kernel on the socketpair (as `Shared::serve_round` says).
+                if st.poll_reader && st.inline <= 1 && st.is_open() && !st.rd_shut {
                     st.hold = true;
                 }
                 let mut sink = UserSink::new(bufs, filled);
