@@ -15,6 +15,7 @@ use ddp_proto::mpa::startup::RtrKind;
 use crate::driver::conn::{ConnState, Phase, TX_STREAM_LIMIT, ended_errno};
 use crate::driver::mem::{UserSink, plausible};
 use crate::driver::startup::Startup;
+use crate::driver::waitset::Role as WaitRole;
 use crate::driver::{FORK_GEN, PARENT_FORKS, Shared, engine, move_high};
 use crate::engine::cq::{ConnInfo, LastTerminate, Wc, state};
 use crate::engine::options::{Options, RTR_READ, RTR_SEND, RTR_WRITE};
@@ -143,6 +144,23 @@ impl<'a> Inline<'a> {
         if st.tcp_armed != 0 {
             sh.disarm_tcp(st);
         }
+        // Two fds to wait on: on the socket's wait set if it is free (one wait-queue entry,
+        // not one per fd: `waitset`). The app end's role for the socketpair, the CQ's for
+        // the completion eventfd.
+        let solo = ev != 0
+            && extra.is_some()
+            && !st.wait_set_busy
+            && !sh.in_child()
+            && sh.wait_set.usable();
+        st.wait_set_busy |= solo;
+        let roles = [
+            WaitRole::Tcp,
+            if extra.is_some_and(|e| e.0 == sh.app_end) {
+                WaitRole::App
+            } else {
+                WaitRole::Cq
+            },
+        ];
         // Other sockets held lazily would not be served while we block here (this one
         // stays: we are inside on it).
         let others = crate::driver::lazy_held_elsewhere(st);
@@ -150,8 +168,21 @@ impl<'a> Inline<'a> {
         if others {
             crate::driver::release_lazy();
         }
-        let r = sys::poll(&mut fds, timeout);
-        self.st = Some(self.sh.lock());
+        let r = if solo {
+            // SAFETY: no signal mask.
+            unsafe {
+                sh.wait_set
+                    .wait(&mut fds, roles, timeout, core::ptr::null())
+            }
+            .unwrap_or_else(|| sys::poll(&mut fds, timeout))
+        } else {
+            sys::poll(&mut fds, timeout)
+        };
+        let mut st = self.sh.lock();
+        if solo {
+            st.wait_set_busy = false;
+        }
+        self.st = Some(st);
         r.map(|n| n > 0)
     }
 }
@@ -266,8 +297,24 @@ impl PollWait {
             return None;
         }
         let sh = self.sock.sh();
+        let mut set = [
+            libc::pollfd {
+                fd: sh.app_end,
+                ..fds[0]
+            },
+            libc::pollfd {
+                fd: sh.tcp_fd,
+                ..fds[1]
+            },
+        ];
         // SAFETY: `mask` as the caller promises.
-        unsafe { sh.wait_set.wait(sh.app_end, sh.tcp_fd, fds, timeout, mask) }
+        let r = unsafe {
+            sh.wait_set
+                .wait(&mut set, [WaitRole::App, WaitRole::Tcp], timeout, mask)
+        };
+        fds[0].revents = set[0].revents;
+        fds[1].revents = set[1].revents;
+        r
     }
 
     /// The events to ask for on [`PollWait::tcp_fd`] now (0: none; leave it out). The first
