@@ -247,7 +247,25 @@ unsafe fn poll_inline(
             }
         }
     }
-    // (declared here: the answer above drops no array of waits)
+    // One DDP fd asked for input, in an array we may read (a request-response loop's wait):
+    // as below for a set of one, without the arrays a set of several needs.
+    if n == 1 && ddp_user::engine_started() {
+        let readable = own_array || on_main_stack(fds.cast(), core::mem::size_of::<pollfd>());
+        if readable {
+            // SAFETY: readable memory (see above), one entry.
+            let p = unsafe { fds.read() };
+            if p.fd >= 0
+                && p.events & libc::POLLIN != 0
+                && let Some(h) = fdtable::lookup_marked(p.fd)
+                && let Ok(Some(r)) = route::ddp_socket(h)
+                && let Some(c) = r.conn()
+            {
+                // SAFETY: as the caller promises; `fds` is one readable and writable entry.
+                return unsafe { poll_one(fds, p, &c.sock, timeout, mask, &call) };
+            }
+        }
+    }
+    // (declared here: the answers above drop no array of waits)
     let mut waits: [Option<(usize, ddp_user::PollWait)>; MAX_INLINE] = Default::default();
     let mut k = 0;
     // Only sets that fit the stack copy, in a process with DDP sockets.
@@ -432,6 +450,114 @@ unsafe fn poll_inline(
         // SAFETY: the caller's array, `n` entries.
         unsafe { core::slice::from_raw_parts_mut(fds, n) }.copy_from_slice(&ext[..n]);
         return Ok(mine as c_int);
+    }
+}
+
+/// [`poll_inline`] for a set of one DDP socket's fd `p` (asked for `POLLIN`, maybe more) at
+/// `fds`: the same steps as there for a set of one, in the same order, without the arrays
+/// that a set of several needs (fewer instructions on the latency path).
+///
+/// # Safety
+/// `fds` is one entry the caller may read and write (its own array, or the main thread's
+/// live stack); `call` and `mask` as for [`poll_inline`].
+unsafe fn poll_one(
+    fds: *mut pollfd,
+    p: pollfd,
+    sock: &ddp_user::DdpSocket,
+    timeout: Option<core::time::Duration>,
+    mask: *const sigset_t,
+    call: &impl Fn(*mut pollfd, nfds_t, Option<core::time::Duration>) -> c_int,
+) -> Result<c_int, Errno> {
+    let zero = Some(core::time::Duration::ZERO);
+    let w = match sock.poll_enter(true) {
+        ddp_user::PollEnter::Held => {
+            // Readable now: the fd's other events as the kernel sees them, without waiting.
+            cvt(call(fds, 1, zero))?;
+            // SAFETY: one entry, readable and writable (see above).
+            unsafe { (*fds).revents |= p.events & (libc::POLLIN | libc::POLLRDNORM) };
+            return Ok(1);
+        }
+        ddp_user::PollEnter::Kernel => {
+            if ddp_user::lazy_held() && timeout != zero {
+                let r = call(fds, 1, zero);
+                if r != 0 {
+                    return cvt(r);
+                }
+                ddp_user::release_lazy_besides([]);
+            }
+            return cvt(call(fds, 1, timeout));
+        }
+        ddp_user::PollEnter::Wait(w) => w,
+    };
+    if ddp_user::lazy_held() && timeout != zero {
+        ddp_user::release_lazy_besides([&w]);
+    }
+    let mut ext = [
+        pollfd { revents: 0, ..p },
+        pollfd {
+            fd: -1,
+            events: 0,
+            revents: 0,
+        },
+    ];
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let mut first = true;
+    loop {
+        let ev = w.events();
+        ext[0].revents = 0;
+        ext[1] = pollfd {
+            fd: if ev != 0 { w.tcp_fd() } else { -1 },
+            events: ev,
+            revents: 0,
+        };
+        // (the first wait takes the timeout as given: the deadline was set just before)
+        let left = if core::mem::take(&mut first) {
+            timeout
+        } else {
+            deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()))
+        };
+        // SAFETY: `mask` is the caller's (null or valid, as `call` has it).
+        let alone = (ev != 0)
+            .then(|| unsafe { w.wait_alone(&mut ext, left, mask) })
+            .flatten();
+        let r = match alone {
+            Some(r) => r.map(|v| v as c_int).map_err(|e| Errno(e.0))?,
+            None => cvt(call(ext.as_mut_ptr(), 2, left))?,
+        };
+        let serviced = ext[1].revents != 0;
+        // (true: this call returns below; the wait ends with the round)
+        if serviced && w.service_last() {
+            // Stream data waits in the engine for this fd's next read: readable.
+            ext[0].revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+            // SAFETY: one entry, writable (see above).
+            unsafe { fds.write(ext[0]) };
+            return Ok(1);
+        }
+        let mine = c_int::from(ext[0].revents != 0);
+        let timed_out = r == 0 || left.is_some_and(|l| l.is_zero());
+        if serviced && !timed_out {
+            if mine > 0 {
+                // The socketpair may have become readable: ask the kernel again.
+                let r2 = cvt(call(ext.as_mut_ptr(), 1, zero))?;
+                // SAFETY: as above.
+                unsafe { fds.write(ext[0]) };
+                return Ok(r2);
+            }
+            continue;
+        }
+        if mine == 0 && !timed_out {
+            continue;
+        }
+        if serviced {
+            // Timed out or zero timeout: report what is ready now.
+            let r2 = cvt(call(ext.as_mut_ptr(), 1, zero))?;
+            // SAFETY: as above.
+            unsafe { fds.write(ext[0]) };
+            return Ok(r2);
+        }
+        // SAFETY: as above.
+        unsafe { fds.write(ext[0]) };
+        return Ok(mine);
     }
 }
 
