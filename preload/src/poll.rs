@@ -199,8 +199,8 @@ fn on_main_stack(p: *const u8, len: usize) -> bool {
 /// for its reader ([`ddp_user::DdpSocket::poll_held`]) is readable at once: no wait. Without
 /// such sockets: `call` on `fds` as given. `EINTR` and errors are the kernel's, unchanged.
 /// `own_array`: `fds` is the library's own (select's conversion), known to be readable.
-/// A set of one DDP fd waits on that socket's own epoll instance instead, where its two fds
-/// stay registered ([`ddp_user::PollWait::wait_alone`]), with `mask` as `call` has it.
+/// A set of one DDP fd asked for input takes [`poll_one`], which waits on that socket's own
+/// epoll instance, where its two fds stay registered, with `mask` as `call` has it.
 ///
 /// # Safety
 /// `fds` is valid for `n` entries (or `n` is 0); `call` is the real poll with the caller's
@@ -247,39 +247,38 @@ unsafe fn poll_inline(
             }
         }
     }
-    // One DDP fd asked for input, in an array we may read (a request-response loop's wait):
-    // as below for a set of one, without the arrays a set of several needs.
-    if n == 1 && ddp_user::engine_started() {
-        let readable = own_array || on_main_stack(fds.cast(), core::mem::size_of::<pollfd>());
-        if readable {
-            // SAFETY: readable memory (see above), one entry.
-            let p = unsafe { fds.read() };
-            if p.fd >= 0
-                && p.events & libc::POLLIN != 0
-                && let Some(h) = fdtable::lookup_marked(p.fd)
-                && let Ok(Some(r)) = route::ddp_socket(h)
-                && let Some(c) = r.conn()
-            {
-                // SAFETY: as the caller promises; `fds` is one readable and writable entry.
-                return unsafe { poll_one(fds, p, &c.sock, timeout, mask, &call) };
-            }
+    // Only sets that fit the stack copy, in a process with DDP sockets.
+    let inline = ddp_user::engine_started() && n > 0 && n as usize + MAX_INLINE <= STACK_FDS;
+    if inline && !own_array && !on_main_stack(fds.cast(), n as usize * size_of::<pollfd>()) {
+        // First a look without waiting, on the caller's array as given: fds that are ready
+        // (a POLLOUT check before a write, data already in a socketpair) return at once, and
+        // the kernel validates the array (a bad pointer stays its EFAULT).
+        let r = call(fds, n, Some(core::time::Duration::ZERO));
+        if r != 0 || timeout == Some(core::time::Duration::ZERO) {
+            return cvt(r);
+        }
+        looked = true;
+    }
+    // One DDP fd asked for input (a request-response loop's wait): as below for a set of one,
+    // without the arrays a set of several needs.
+    if inline && n == 1 {
+        // SAFETY: the caller's array is its own or on the live part of the main thread's
+        // stack, or the kernel has just read it: one readable and writable entry.
+        let p = unsafe { fds.read() };
+        if p.fd >= 0
+            && p.events & libc::POLLIN != 0
+            && let Some(h) = fdtable::lookup_marked(p.fd)
+            && let Ok(Some(r)) = route::ddp_socket(h)
+            && let Some(c) = r.conn()
+        {
+            // SAFETY: as the caller promises; `fds` is one readable and writable entry.
+            return unsafe { poll_one(fds, p, &c.sock, timeout, looked, mask, &call) };
         }
     }
     // (declared here: the answers above drop no array of waits)
     let mut waits: [Option<(usize, ddp_user::PollWait)>; MAX_INLINE] = Default::default();
     let mut k = 0;
-    // Only sets that fit the stack copy, in a process with DDP sockets.
-    if ddp_user::engine_started() && n > 0 && n as usize + MAX_INLINE <= STACK_FDS {
-        if !own_array && !on_main_stack(fds.cast(), n as usize * core::mem::size_of::<pollfd>()) {
-            // First a look without waiting, on the caller's array as given: fds that are
-            // ready (a POLLOUT check before a write, data already in a socketpair) return at
-            // once, and the kernel validates the array (a bad pointer stays its EFAULT).
-            let r = call(fds, n, Some(core::time::Duration::ZERO));
-            if r != 0 || timeout == Some(core::time::Duration::ZERO) {
-                return cvt(r);
-            }
-            looked = true;
-        }
+    if inline {
         // SAFETY: the caller's array is on the live part of the main thread's stack, or the
         // kernel has just read it and written its revents: `n` readable entries (a concurrent
         // munmap of a poll array by another thread is the caller's bug). They are copied into
@@ -303,7 +302,7 @@ unsafe fn poll_inline(
             let Some(c) = r.conn() else {
                 continue;
             };
-            match c.sock.poll_enter(n == 1) {
+            match c.sock.poll_enter(false) {
                 ddp_user::PollEnter::Held => {
                     held_now[h_n] = i;
                     h_n += 1;
@@ -366,35 +365,13 @@ unsafe fn poll_inline(
         }
         core::slice::from_raw_parts_mut(at, n + k)
     };
-    let deadline = timeout.map(|t| std::time::Instant::now() + t);
-    let mut first = true;
+    let mut time = TimeLeft::new(timeout);
     loop {
         for (j, w) in waits[..k].iter().flatten().enumerate() {
-            let ev = w.1.events();
-            ext[n + j] = pollfd {
-                fd: if ev != 0 { w.1.tcp_fd() } else { -1 },
-                events: ev,
-                revents: 0,
-            };
+            ext[n + j] = tcp_entry(&w.1);
         }
-        // (the first wait takes the timeout as given: the deadline was set just before)
-        let left = if core::mem::take(&mut first) {
-            timeout
-        } else {
-            deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()))
-        };
-        let alone = match (n + k, waits[0].as_ref()) {
-            (2, Some(w)) if ext[1].fd >= 0 => {
-                let pair: &mut [pollfd; 2] = (&mut ext[..2]).try_into().expect("two entries");
-                // SAFETY: `mask` is the caller's (null or valid, as `call` has it).
-                unsafe { w.1.wait_alone(pair, left, mask) }
-            }
-            _ => None,
-        };
-        let r = match alone {
-            Some(r) => r.map(|v| v as c_int).map_err(|e| Errno(e.0))?,
-            None => cvt(call(ext.as_mut_ptr(), (n + k) as nfds_t, left))?,
-        };
+        let left = time.next();
+        let r = cvt(call(ext.as_mut_ptr(), (n + k) as nfds_t, left))?;
         let mut serviced = false;
         let mut held = false;
         for (j, w) in waits[..k].iter().flatten().enumerate() {
@@ -418,44 +395,90 @@ unsafe fn poll_inline(
             return Ok(mine as c_int);
         }
         let timed_out = r == 0 || left.is_some_and(|l| l.is_zero());
-        if serviced && !timed_out {
-            // The socketpair may have become readable: ask the kernel again, with the time left
-            // (a zero wait if the caller's fds are ready already).
-            if mine > 0 {
+        // SAFETY: the caller's array, `n` entries.
+        let out = || unsafe { core::slice::from_raw_parts_mut(fds, n) };
+        match after_wait(serviced, mine > 0, timed_out) {
+            AfterWait::Again => continue,
+            AfterWait::Recheck => {
                 let r2 = cvt(call(
                     ext.as_mut_ptr(),
                     n as nfds_t,
                     Some(core::time::Duration::ZERO),
                 ))?;
-                // SAFETY: the caller's array, `n` entries.
-                unsafe { core::slice::from_raw_parts_mut(fds, n) }.copy_from_slice(&ext[..n]);
+                out().copy_from_slice(&ext[..n]);
                 return Ok(r2);
             }
-            continue;
+            AfterWait::Done => {
+                out().copy_from_slice(&ext[..n]);
+                return Ok(mine as c_int);
+            }
         }
-        if mine == 0 && !timed_out {
-            continue;
+    }
+}
+
+/// What a `poll` does after a kernel wait in which no socket's round held data for its reader.
+enum AfterWait {
+    /// Wait again, with the time left.
+    Again,
+    /// Ask the kernel again without waiting and report what it says: a round ran, and the
+    /// socketpair may have become readable meanwhile.
+    Recheck,
+    /// Report what the wait found.
+    Done,
+}
+
+/// [`AfterWait`] from whether a socket's round ran (`serviced`), the caller's fds showed
+/// anything (`mine`) and the time is up (`timed_out`, a zero wait included).
+fn after_wait(serviced: bool, mine: bool, timed_out: bool) -> AfterWait {
+    match (serviced, mine, timed_out) {
+        (true, true, _) | (true, false, true) => AfterWait::Recheck,
+        (true, false, false) | (false, false, false) => AfterWait::Again,
+        (false, _, _) => AfterWait::Done,
+    }
+}
+
+/// The kernel poll entry for a wait's TCP fd, with the events it serves now (fd -1: none).
+fn tcp_entry(w: &ddp_user::PollWait) -> pollfd {
+    let ev = w.events();
+    pollfd {
+        fd: if ev != 0 { w.tcp_fd() } else { -1 },
+        events: ev,
+        revents: 0,
+    }
+}
+
+/// The time left of a `poll`'s timeout for each of its kernel waits: the first takes the
+/// timeout as given (the deadline is dated just before it), the others what is left then.
+struct TimeLeft {
+    timeout: Option<core::time::Duration>,
+    deadline: Option<std::time::Instant>,
+    first: bool,
+}
+
+impl TimeLeft {
+    fn new(timeout: Option<core::time::Duration>) -> TimeLeft {
+        TimeLeft {
+            timeout,
+            deadline: timeout.map(|t| std::time::Instant::now() + t),
+            first: true,
         }
-        if serviced {
-            // Timed out or zero timeout: report what is ready now.
-            let r2 = cvt(call(
-                ext.as_mut_ptr(),
-                n as nfds_t,
-                Some(core::time::Duration::ZERO),
-            ))?;
-            // SAFETY: the caller's array, `n` entries.
-            unsafe { core::slice::from_raw_parts_mut(fds, n) }.copy_from_slice(&ext[..n]);
-            return Ok(r2);
+    }
+
+    fn next(&mut self) -> Option<core::time::Duration> {
+        if core::mem::take(&mut self.first) {
+            self.timeout
+        } else {
+            self.deadline
+                .map(|d| d.saturating_duration_since(std::time::Instant::now()))
         }
-        // SAFETY: the caller's array, `n` entries.
-        unsafe { core::slice::from_raw_parts_mut(fds, n) }.copy_from_slice(&ext[..n]);
-        return Ok(mine as c_int);
     }
 }
 
 /// [`poll_inline`] for a set of one DDP socket's fd `p` (asked for `POLLIN`, maybe more) at
 /// `fds`: the same steps as there for a set of one, in the same order, without the arrays
-/// that a set of several needs (fewer instructions on the latency path).
+/// that a set of several needs (fewer instructions on the latency path), and the wait on the
+/// socket's own wait set ([`ddp_user::PollWait::wait_alone`]). `looked`: the kernel has
+/// just looked at `fds` without waiting and found nothing ready.
 ///
 /// # Safety
 /// `fds` is one entry the caller may read and write (its own array, or the main thread's
@@ -465,23 +488,29 @@ unsafe fn poll_one(
     p: pollfd,
     sock: &ddp_user::DdpSocket,
     timeout: Option<core::time::Duration>,
+    looked: bool,
     mask: *const sigset_t,
     call: &impl Fn(*mut pollfd, nfds_t, Option<core::time::Duration>) -> c_int,
 ) -> Result<c_int, Errno> {
     let zero = Some(core::time::Duration::ZERO);
     let w = match sock.poll_enter(true) {
         ddp_user::PollEnter::Held => {
-            // Readable now: the fd's other events as the kernel sees them, without waiting.
-            cvt(call(fds, 1, zero))?;
+            // Readable now: the fd's other events as the kernel sees them, without waiting
+            // (the look made before, if there was one, found none and wrote them).
+            if !looked {
+                cvt(call(fds, 1, zero))?;
+            }
             // SAFETY: one entry, readable and writable (see above).
             unsafe { (*fds).revents |= p.events & (libc::POLLIN | libc::POLLRDNORM) };
             return Ok(1);
         }
         ddp_user::PollEnter::Kernel => {
             if ddp_user::lazy_held() && timeout != zero {
-                let r = call(fds, 1, zero);
-                if r != 0 {
-                    return cvt(r);
+                if !looked {
+                    let r = call(fds, 1, zero);
+                    if r != 0 {
+                        return cvt(r);
+                    }
                 }
                 ddp_user::release_lazy_besides([]);
             }
@@ -500,24 +529,13 @@ unsafe fn poll_one(
             revents: 0,
         },
     ];
-    let deadline = timeout.map(|t| std::time::Instant::now() + t);
-    let mut first = true;
+    let mut time = TimeLeft::new(timeout);
     loop {
-        let ev = w.events();
         ext[0].revents = 0;
-        ext[1] = pollfd {
-            fd: if ev != 0 { w.tcp_fd() } else { -1 },
-            events: ev,
-            revents: 0,
-        };
-        // (the first wait takes the timeout as given: the deadline was set just before)
-        let left = if core::mem::take(&mut first) {
-            timeout
-        } else {
-            deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()))
-        };
+        ext[1] = tcp_entry(&w);
+        let left = time.next();
         // SAFETY: `mask` is the caller's (null or valid, as `call` has it).
-        let alone = (ev != 0)
+        let alone = (ext[1].fd >= 0)
             .then(|| unsafe { w.wait_alone(&mut ext, left, mask) })
             .flatten();
         let r = match alone {
@@ -533,31 +551,22 @@ unsafe fn poll_one(
             unsafe { fds.write(ext[0]) };
             return Ok(1);
         }
-        let mine = c_int::from(ext[0].revents != 0);
+        let mine = ext[0].revents != 0;
         let timed_out = r == 0 || left.is_some_and(|l| l.is_zero());
-        if serviced && !timed_out {
-            if mine > 0 {
-                // The socketpair may have become readable: ask the kernel again.
+        match after_wait(serviced, mine, timed_out) {
+            AfterWait::Again => continue,
+            AfterWait::Recheck => {
                 let r2 = cvt(call(ext.as_mut_ptr(), 1, zero))?;
                 // SAFETY: as above.
                 unsafe { fds.write(ext[0]) };
                 return Ok(r2);
             }
-            continue;
+            AfterWait::Done => {
+                // SAFETY: as above.
+                unsafe { fds.write(ext[0]) };
+                return Ok(c_int::from(mine));
+            }
         }
-        if mine == 0 && !timed_out {
-            continue;
-        }
-        if serviced {
-            // Timed out or zero timeout: report what is ready now.
-            let r2 = cvt(call(ext.as_mut_ptr(), 1, zero))?;
-            // SAFETY: as above.
-            unsafe { fds.write(ext[0]) };
-            return Ok(r2);
-        }
-        // SAFETY: as above.
-        unsafe { fds.write(ext[0]) };
-        return Ok(mine);
     }
 }
 
