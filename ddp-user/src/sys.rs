@@ -405,10 +405,7 @@ pub unsafe fn epoll_pwait2(
     timeout: Option<Duration>,
     mask: *const libc::sigset_t,
 ) -> Result<usize> {
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    });
+    let ts = timeout.map(timespec);
     let tsp = ts
         .as_ref()
         .map_or(ptr::null(), |t| t as *const libc::timespec);
@@ -427,6 +424,14 @@ pub unsafe fn epoll_pwait2(
     })
 }
 
+/// A timeout as the kernel takes it (whole seconds beyond `i64::MAX` are capped).
+fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    }
+}
+
 /// Rounds a timeout up to whole milliseconds (`-1` = none), so that a wait never ends early.
 fn timeout_ms(timeout: Option<Duration>) -> c_int {
     match timeout {
@@ -440,10 +445,7 @@ fn timeout_ms(timeout: Option<Duration>) -> c_int {
 
 /// `ppoll(fds, timeout, NULL)`; `EINTR` is returned to the caller.
 pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> Result<usize> {
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    });
+    let ts = timeout.map(timespec);
     let tsp = ts
         .as_ref()
         .map_or(ptr::null(), |t| t as *const libc::timespec);
