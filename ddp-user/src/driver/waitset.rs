@@ -114,7 +114,12 @@ impl WaitSet {
             let done = match want {
                 None if have == NONE => continue,
                 Some((f, ev)) if f == fd && ev == have => continue,
-                None => sys::epoll_ctl(ep, libc::EPOLL_CTL_DEL, fd, 0, 0),
+                None => {
+                    // (a failure means it is gone already: its file was released, or the
+                    // number now names another file)
+                    let _ = sys::epoll_ctl(ep, libc::EPOLL_CTL_DEL, fd, 0, 0);
+                    Ok(())
+                }
                 Some((f, ev)) if f == fd && have != NONE => {
                     sys::epoll_ctl(ep, libc::EPOLL_CTL_MOD, f, ev, r as u64)
                 }
