@@ -4,7 +4,9 @@
 # wait, bursts of tiny writes, 1 B .. 1 MiB messages, half-close with write_eof) over iWARP,
 # switched by EXSOCK_RULES only, with "program" rules. 8 concurrent connections must echo every
 # byte; a blocking-socket client too; one connection is captured on lo and scripts/wirecheck
-# must find the bytes inside FPDUs with good CRCs.
+# must find the bytes inside FPDUs with good CRCs. Then test-apps/py/poll_many.py: 300 DDP
+# connections in one process, each waited on alone with poll() (the first 256 get wait sets,
+# all of them released when the sockets close).
 # timeout: 180
 . "$(dirname "$0")/apps-lib.bash"
 
@@ -27,6 +29,13 @@ out=$(EXSOCK_RULES=$cli_rules EXSOCK_LOG=debug:"$tmp/client-b.log" timeout 60 "$
   --port "$port" --blocking) || fail "blocking client failed: $out"
 [[ $out == ok:* ]] && ok "blocking client over DDP: ${out#ok: }"
 ddp_used "blocking client" "$tmp/client-b.log" 1
+
+say "300 connections in one process, each waited on alone with poll (wait sets, their cap, their release)"
+mport=$(free_port)
+out=$(EXSOCK_RULES="use ddp tcp_server 127.0.0.1:$mport; use ddp tcp_client 127.0.0.1:$mport" \
+  timeout 90 "$run" python3 "$py/poll_many.py" --port "$mport" --conns 300) \
+  || fail "poll_many failed: $out"
+[[ $out == ok:* ]] && ok "poll of one fd each: ${out#ok: }"
 
 say "one connection, captured on lo"
 start_capture echo "$port"
