@@ -405,31 +405,33 @@ pub unsafe fn epoll_pwait2(
     timeout: Option<Duration>,
     mask: *const libc::sigset_t,
 ) -> Result<usize> {
-    let ts = timeout.map(timespec);
-    let tsp = ts
-        .as_ref()
-        .map_or(ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `events` has room for `len` entries; `tsp` is null or points at `ts`; `mask` is
-    // null or the caller's valid sigset (the kernel reads `_NSIG / 8` bytes of it).
-    cvt(unsafe {
-        libc::syscall(
-            libc::SYS_epoll_pwait2,
-            ep,
-            events.as_mut_ptr(),
-            events.len() as c_int,
-            tsp,
-            mask,
-            if mask.is_null() { 0usize } else { 8usize },
-        )
+    with_timespec(timeout, |tsp| {
+        // SAFETY: `events` has room for `len` entries; `tsp` is null or a valid timespec;
+        // `mask` is null or the caller's valid sigset (the kernel reads `_NSIG / 8` bytes).
+        cvt(unsafe {
+            libc::syscall(
+                libc::SYS_epoll_pwait2,
+                ep,
+                events.as_mut_ptr(),
+                events.len() as c_int,
+                tsp,
+                mask,
+                if mask.is_null() { 0usize } else { 8usize },
+            )
+        })
     })
 }
 
-/// A timeout as the kernel takes it (whole seconds beyond `i64::MAX` are capped).
-fn timespec(d: Duration) -> libc::timespec {
-    libc::timespec {
+/// Calls `f` with a timeout as the kernel's `ppoll`/`epoll_pwait2` take it: null for none,
+/// else a pointer to a timespec that lives during the call (whole seconds beyond `i64::MAX`
+/// are capped).
+fn with_timespec<R>(timeout: Option<Duration>, f: impl FnOnce(*const libc::timespec) -> R) -> R {
+    let ts = timeout.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
-    }
+    });
+    f(ts.as_ref()
+        .map_or(ptr::null(), |t| t as *const libc::timespec))
 }
 
 /// Rounds a timeout up to whole milliseconds (`-1` = none), so that a wait never ends early.
@@ -445,20 +447,18 @@ fn timeout_ms(timeout: Option<Duration>) -> c_int {
 
 /// `ppoll(fds, timeout, NULL)`; `EINTR` is returned to the caller.
 pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> Result<usize> {
-    let ts = timeout.map(timespec);
-    let tsp = ts
-        .as_ref()
-        .map_or(ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `fds` is a valid array of pollfd; `tsp` is null or points at `ts`.
-    cvt(unsafe {
-        libc::syscall(
-            libc::SYS_ppoll,
-            fds.as_mut_ptr(),
-            fds.len() as libc::nfds_t,
-            tsp,
-            ptr::null::<libc::sigset_t>(),
-            0usize,
-        )
+    with_timespec(timeout, |tsp| {
+        // SAFETY: `fds` is a valid array of pollfd; `tsp` is null or a valid timespec.
+        cvt(unsafe {
+            libc::syscall(
+                libc::SYS_ppoll,
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                tsp,
+                ptr::null::<libc::sigset_t>(),
+                0usize,
+            )
+        })
     })
 }
 
