@@ -1597,10 +1597,13 @@ impl ConnState {
                     && conn.recvs_posted() == 0
                     && conn.reads_outstanding() == 0);
             let mut asked;
+            // (a read that finds the input ended says so to the socket's wait set)
+            let mark = sh.wait_set.tcp_mark();
+            let mut ended_here = false;
             self.rx_counts.reads += 1;
             let got = if let Some(c) = &chain {
                 asked = c.asked();
-                read_chain(
+                let r = read_chain(
                     conn,
                     &mut self.backlog,
                     &mut rx_buf,
@@ -1608,15 +1611,19 @@ impl ConnState {
                     c,
                     &mut self.rx_counts,
                     sh,
-                )
+                );
+                // (the pieces' lengths are what the read asked for: no room capped them)
+                ended_here = r.as_ref().is_ok_and(|&n| n > 0 && n < asked);
+                r
             } else {
                 match plan {
                     RxPlan::Direct { target, len } => {
                         let tail_len = tail_len.unwrap_or(if big { BIG_READ } else { SMALL_READ });
                         asked = len + tail_len;
                         match mem.recv_direct(sh.tcp_fd, target, len, &mut rx_buf[..tail_len]) {
-                            Ok((0, 0)) => Ok(0),
-                            Ok((placed, tail)) => {
+                            Ok((0, 0, _)) => Ok(0),
+                            Ok((placed, tail, short)) => {
+                                ended_here = short;
                                 if placed > 0 {
                                     conn.placed_direct(placed, mem);
                                 }
@@ -1669,6 +1676,8 @@ impl ConnState {
                         if let Ok(n) = r
                             && n > 0
                         {
+                            // (TCP returns less than asked only when its queue ran out)
+                            ended_here = n < asked;
                             input_from(conn, &mut self.backlog, &mut rx_buf, n, mem, sh);
                         }
                         // (large FPDUs in this read, or small ones)
@@ -1712,11 +1721,17 @@ impl ConnState {
                 }
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
+                    if ended_here {
+                        sh.wait_set.tcp_drained(mark);
+                    }
                     if n < asked {
                         break; // the socket is (very likely) drained: save an EAGAIN
                     }
                 }
-                Err(Errno::EAGAIN) => break,
+                Err(Errno::EAGAIN) => {
+                    sh.wait_set.tcp_drained(mark);
+                    break;
+                }
                 Err(e) => input_failed(&mut self.rx_eof, &mut self.so_error, conn, e),
             }
             if matches!(conn.state(), State::Error | State::Closed) {
@@ -2205,13 +2220,20 @@ impl ConnState {
                 // and the next round reads the rest; the kernel says what is left after it)
                 let mut head = [0u8; NEXT_HEADER];
                 let mut iov = [sys::iovec(head.as_mut_ptr(), h)];
+                let mark = sh.wait_set.tcp_mark();
                 let n = match sys::recvmsg_inq(sh.tcp_fd, &mut iov, libc::MSG_DONTWAIT) {
                     Ok((n, inq)) => {
+                        if n > 0 && inq == Some(0) {
+                            sh.wait_set.tcp_drained(mark);
+                        }
                         self.inq_floor = inq.unwrap_or(self.inq_floor.saturating_sub(n));
                         self.inq_fresh = inq.is_some();
                         n
                     }
-                    Err(Errno::EAGAIN) => return false,
+                    Err(Errno::EAGAIN) => {
+                        sh.wait_set.tcp_drained(mark);
+                        return false;
+                    }
                     Err(e) => {
                         // (reported once: handled here as `pump_input` would have)
                         input_failed(&mut self.rx_eof, &mut self.so_error, conn, e);

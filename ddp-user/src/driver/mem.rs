@@ -282,15 +282,16 @@ impl<'r, 's, 'u> SessionMem<'r, 's, 'u> {
 
     /// Reads from `fd` (non-blocking) straight into the destination of a direct placement,
     /// at most `len` bytes, and any following bytes into `tail`. Returns `(placed, tail)`
-    /// byte counts, or `Err(None)` if the target is gone (region deregistered: the driver
-    /// reads into its buffer instead), `Err(Some(errno))` on a socket error.
+    /// byte counts and whether the read got fewer bytes than it asked for (the input ended),
+    /// or `Err(None)` if the target is gone (region deregistered: the driver reads into its
+    /// buffer instead), `Err(Some(errno))` on a socket error.
     pub(crate) fn recv_direct(
         &self,
         fd: RawFd,
         target: DirectTarget,
         mut len: usize,
         tail: &mut [u8],
-    ) -> Result<(usize, usize), Option<Errno>> {
+    ) -> Result<(usize, usize, bool), Option<Errno>> {
         let ptr = match target {
             DirectTarget::Region { stag, offset } => {
                 let r = self.pinned_exact(stag).ok_or(None)?;
@@ -323,7 +324,7 @@ impl<'r, 's, 'u> SessionMem<'r, 's, 'u> {
         // buffer the application lent us until the completion, or into the caller's receive
         // buffers (borrowed by the sink, within the room); `tail` is ours.
         let n = sys::recvmsg(fd, &mut iov, libc::MSG_DONTWAIT).map_err(Some)?;
-        Ok((n.min(len), n.saturating_sub(len)))
+        Ok((n.min(len), n.saturating_sub(len), n < len + tail.len()))
     }
 }
 
