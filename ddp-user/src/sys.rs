@@ -393,32 +393,58 @@ pub fn epoll_wait(
     })
 }
 
-/// `epoll_pwait2(ep, events, timeout, mask)`: a timeout to the nanosecond (`None`: none) and
-/// the caller's signal mask during the wait (null: unchanged), as `ppoll` takes them; `EINTR`
-/// is returned to the caller. `ENOSYS` before Linux 5.11.
+/// `epoll_pwait2` answered `ENOSYS` once (Linux before 5.11, or under a valgrind that does not
+/// know it, such as Debian 12's 3.19): from then on [`epoll_pwait_ts`] takes `epoll_pwait`.
+static NO_PWAIT2: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// An epoll wait as `ppoll` takes its arguments: a timeout to the nanosecond (`None`: none)
+/// and the caller's signal mask during the wait (null: unchanged); `EINTR` is returned to the
+/// caller. `epoll_pwait2`; where it is missing, `epoll_pwait` with the timeout rounded up to
+/// whole milliseconds (never shorter than asked).
 ///
 /// # Safety
 /// `mask` is null or points to a valid signal set.
-pub unsafe fn epoll_pwait2(
+pub unsafe fn epoll_pwait_ts(
     ep: RawFd,
     events: &mut [libc::epoll_event],
     timeout: Option<Duration>,
     mask: *const libc::sigset_t,
 ) -> Result<usize> {
-    with_timespec(timeout, |tsp| {
-        // SAFETY: `events` has room for `len` entries; `tsp` is null or a valid timespec;
-        // `mask` is null or the caller's valid sigset (the kernel reads `_NSIG / 8` bytes).
-        cvt(unsafe {
-            libc::syscall(
-                libc::SYS_epoll_pwait2,
-                ep,
-                events.as_mut_ptr(),
-                events.len() as c_int,
-                tsp,
-                mask,
-                if mask.is_null() { 0usize } else { 8usize },
-            )
-        })
+    use core::sync::atomic::Ordering;
+    // (the kernel reads `_NSIG / 8` bytes of the mask)
+    let mask_len = if mask.is_null() { 0usize } else { 8usize };
+    if !NO_PWAIT2.load(Ordering::Relaxed) {
+        let r = with_timespec(timeout, |tsp| {
+            // SAFETY: `events` has room for `len` entries; `tsp` is null or a valid
+            // timespec; `mask` is null or the caller's valid sigset.
+            cvt(unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    ep,
+                    events.as_mut_ptr(),
+                    events.len() as c_int,
+                    tsp,
+                    mask,
+                    mask_len,
+                )
+            })
+        });
+        if r != Err(Errno(libc::ENOSYS)) {
+            return r;
+        }
+        NO_PWAIT2.store(true, Ordering::Relaxed);
+    }
+    // SAFETY: as above, with the timeout in milliseconds.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_epoll_pwait,
+            ep,
+            events.as_mut_ptr(),
+            events.len() as c_int,
+            timeout_ms(timeout),
+            mask,
+            mask_len,
+        )
     })
 }
 

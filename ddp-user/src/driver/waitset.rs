@@ -46,10 +46,10 @@
 //! What it refuses to do: serve a forked child (the instance would be shared with the parent;
 //! a child's waits take the general path), serve more than [`MAX_WAIT_SETS`] sockets at once
 //! (each instance is one more descriptor of the process), or hide a failure: any error of
-//! `epoll_create1`/`epoll_ctl`/`epoll_pwait2` other than `EINTR` sends the wait back to a
+//! `epoll_create1`/`epoll_ctl`/the wait other than `EINTR` sends the wait back to a
 //! `poll` of both descriptors, which stays correct.
 
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use core::time::Duration;
 use std::os::fd::RawFd;
 
@@ -61,9 +61,6 @@ pub(crate) const MAX_WAIT_SETS: usize = 256;
 
 /// Wait sets made and not yet closed.
 static WAIT_SETS: AtomicUsize = AtomicUsize::new(0);
-
-/// `epoll_pwait2` answered `ENOSYS` once (Linux before 5.11): no more tries.
-static NO_PWAIT2: AtomicBool = AtomicBool::new(false);
 
 /// A registered mask meaning "not registered".
 const NONE: u32 = u32::MAX;
@@ -119,9 +116,7 @@ impl WaitSet {
 
     /// Whether a waiter may use the set: it exists, or one more may be made.
     pub(crate) fn usable(&self) -> bool {
-        !NO_PWAIT2.load(Ordering::Relaxed)
-            && (self.ep.load(Ordering::Relaxed) >= 0
-                || WAIT_SETS.load(Ordering::Relaxed) < MAX_WAIT_SETS)
+        self.ep.load(Ordering::Relaxed) >= 0 || WAIT_SETS.load(Ordering::Relaxed) < MAX_WAIT_SETS
     }
 
     /// Waits, as `ppoll` would on `fds`, for the claimer of the set: `roles` says what each
@@ -203,15 +198,10 @@ impl WaitSet {
         }
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 2];
         // SAFETY: `mask` as the caller promises.
-        let n = match unsafe { sys::epoll_pwait2(ep, &mut evs, timeout, mask) } {
+        let n = match unsafe { sys::epoll_pwait_ts(ep, &mut evs, timeout, mask) } {
             Ok(n) => n,
             Err(Errno::EINTR) => return Some(Err(Errno::EINTR)),
-            Err(e) => {
-                if e == Errno(libc::ENOSYS) {
-                    NO_PWAIT2.store(true, Ordering::Relaxed);
-                }
-                return None;
-            }
+            Err(_) => return None,
         };
         fds[0].revents = 0;
         fds[1].revents = 0;
