@@ -378,17 +378,31 @@ pub fn epoll_wait(
     events: &mut [libc::epoll_event],
     timeout: Option<Duration>,
 ) -> Result<usize> {
-    let ms = timeout_ms(timeout);
-    // SAFETY: `events` has room for `len` entries; null sigmask means "do not change it".
+    // SAFETY: a null sigmask means "do not change it".
+    unsafe { epoll_pwait_ms(ep, events, timeout, ptr::null()) }
+}
+
+/// `epoll_pwait(ep, events, timeout, mask)`, the timeout rounded up to whole milliseconds.
+///
+/// # Safety
+/// `mask` is null or points to a valid signal set.
+unsafe fn epoll_pwait_ms(
+    ep: RawFd,
+    events: &mut [libc::epoll_event],
+    timeout: Option<Duration>,
+    mask: *const libc::sigset_t,
+) -> Result<usize> {
+    // SAFETY: `events` has room for `len` entries; `mask` is null or the caller's valid
+    // sigset (the kernel reads `_NSIG / 8` bytes).
     cvt(unsafe {
         libc::syscall(
             libc::SYS_epoll_pwait,
             ep,
             events.as_mut_ptr(),
             events.len() as c_int,
-            ms,
-            ptr::null::<libc::sigset_t>(),
-            0usize,
+            timeout_ms(timeout),
+            mask,
+            if mask.is_null() { 0usize } else { 8usize },
         )
     })
 }
@@ -434,18 +448,8 @@ pub unsafe fn epoll_pwait_ts(
         }
         NO_PWAIT2.store(true, Ordering::Relaxed);
     }
-    // SAFETY: as above, with the timeout in milliseconds.
-    cvt(unsafe {
-        libc::syscall(
-            libc::SYS_epoll_pwait,
-            ep,
-            events.as_mut_ptr(),
-            events.len() as c_int,
-            timeout_ms(timeout),
-            mask,
-            mask_len,
-        )
-    })
+    // SAFETY: `mask` as the caller promises.
+    unsafe { epoll_pwait_ms(ep, events, timeout, mask) }
 }
 
 /// Calls `f` with a timeout as the kernel's `ppoll`/`epoll_pwait2` take it: null for none,
