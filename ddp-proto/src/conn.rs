@@ -919,6 +919,11 @@ impl Connection {
 
     // ------------------------------------------------------------------ events
 
+    /// Whether an event waits for [`Connection::poll_event`].
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// The next event.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
@@ -1131,6 +1136,45 @@ impl Connection {
             }
         }
         Ok(data.len())
+    }
+
+    /// Takes whole FPDUs from `data[*at..]` for as long as each is a plain Send that a
+    /// stream-mode reader takes as it is ([`Connection::stream_send`]) and its CRC is good,
+    /// exactly as [`Connection::handle_input`] takes them (its one-step path), appending
+    /// their payloads to `out` and advancing `*at` past them. Stops at the first octet that
+    /// begins anything else, or an FPDU not all in `data`: those octets are then the
+    /// caller's to feed to `handle_input`, which finds every error in them as always.
+    /// Returns how many FPDUs it took. For a driver's receive round of small messages that
+    /// need nothing but their payloads moved: no [`Memory`], and no event can come of it.
+    pub fn take_stream_sends(&mut self, data: &[u8], at: &mut usize, out: &mut Vec<u8>) -> usize {
+        let mut taken = 0;
+        while self.state == State::Open {
+            // (the header as `Deframer::whole` would give it, checked before anything is
+            // consumed: ULPDU_LENGTH, then the untagged DDP/RDMAP header)
+            let Some(b) = data.get(*at..*at + ULPDU_LENGTH_LEN + UNTAGGED_HEADER_LEN) else {
+                break;
+            };
+            let ulen = usize::from(u16::from_be_bytes([b[0], b[1]]));
+            if ulen <= UNTAGGED_HEADER_LEN
+                || !self.whole_plain_send(&b[ULPDU_LENGTH_LEN..])
+                || !self.send_rx.takes_stream()
+            {
+                break;
+            }
+            let Some(w) = self.deframer.whole(data, at) else {
+                break; // (not all here, or its CRC is bad: `handle_input` says which)
+            };
+            debug_assert!(self.stream_send(&w.header));
+            let len = w.payload.len();
+            self.stats.fpdus_in += 1;
+            self.stats.bytes_placed_buffered += len as u64;
+            self.stream_mo = 0;
+            self.stream_msg = len;
+            self.send_rx.end_segment(len as u32, true);
+            out.extend_from_slice(&data[w.payload]);
+            taken += 1;
+        }
+        taken
     }
 
     /// Whether the header of a whole FPDU is a plain Send that starts and ends its message in

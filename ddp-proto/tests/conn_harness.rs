@@ -70,6 +70,9 @@ pub struct Opts {
     pub mem_size: usize,
     pub seed: u64,
     pub pd: u32,
+    /// Each read is offered to `Connection::take_stream_sends` first (as the driver's
+    /// small-message round does), and only what it leaves goes to `handle_input`.
+    pub take_sends: bool,
 }
 
 impl Default for Opts {
@@ -91,6 +94,7 @@ impl Default for Opts {
             mem_size: 1 << 16,
             seed: 1,
             pd: 1,
+            take_sends: false,
         }
     }
 }
@@ -307,7 +311,16 @@ impl Pair {
                 limit - off
             };
             let n = chunk(&mut self.rng, self.opts.chunking, want);
-            if let Err(e) = s.conn.handle_input(&data[off..off + n], &mut s.mem) {
+            let mut at = 0;
+            if self.opts.take_sends {
+                let mut out = Vec::new();
+                s.conn
+                    .take_stream_sends(&data[off..off + n], &mut at, &mut out);
+                s.mem.deliver_stream(&out);
+            }
+            if at < n
+                && let Err(e) = s.conn.handle_input(&data[off + at..off + n], &mut s.mem)
+            {
                 s.errors.push(e);
             }
             off += n;

@@ -596,6 +596,63 @@ fn whole_stream_sends_match_the_general_steps() {
     );
 }
 
+/// `Connection::take_stream_sends` (the driver's small-message round) takes whole plain
+/// Sends for a stream reader as `handle_input` does and leaves everything else to it. The
+/// streams of `whole_stream_sends_match_the_general_steps`, each read offered to it first
+/// (whole, and cut at random so that reads end inside FPDUs), must leave the receiver where
+/// `handle_input` alone, fed a byte at a time, leaves it: the same stream, completions,
+/// counters, state, error and Terminate.
+#[test]
+fn taken_stream_sends_match_the_general_steps() {
+    let mut taken_streams = 0;
+    for seed in 0..300u64 {
+        let mut rng = Rng::new(seed);
+        let crc = seed % 5 != 4;
+        let sends = 1 + rng.below(10);
+        let (stream, kinds_good, shortest) = random_sends(&mut rng, crc, sends, |r| r.below(300));
+        let good = kinds_good && shortest > 0;
+        let recvs = rng.below(4) == 0;
+        taken_streams += usize::from(good && !recvs);
+        let run = |chunking, take_sends| {
+            let mut p = Pair::new(Opts {
+                mode_b: RecvMode::Stream,
+                crc,
+                chunking,
+                mem_size: 16384,
+                seed,
+                take_sends,
+                ..Opts::default()
+            });
+            if recvs {
+                p.b.conn
+                    .post_recv(3, &[Sge::new(BASE + 8192, 200)])
+                    .unwrap();
+            }
+            p.b.inbox = stream.clone();
+            p.drive();
+            Left::of(&p.b, BASE + 8192, 200)
+        };
+        let general = run(Chunking::Bytes, false);
+        for chunking in [Chunking::Whole, Chunking::Random(200)] {
+            let taken = run(chunking, true);
+            assert!(
+                taken == general,
+                "seed {seed} {chunking:?}: taken first {:?}, general steps {:?}",
+                taken.brief(),
+                general.brief()
+            );
+        }
+        if good && !recvs {
+            assert_eq!(general.state, State::Open, "seed {seed}");
+            assert_eq!(general.counts.0, sends, "seed {seed}");
+        }
+    }
+    assert!(
+        taken_streams > 20,
+        "{taken_streams} streams of good Sends only"
+    );
+}
+
 /// A whole plain Send that fits the receive posted at the head of the queue is taken in one
 /// step too (`Connection::posted_send`). Random FPDU streams against random posted receives
 /// (none to six; short ones, empty ones, two SGEs, an SGE outside memory; stream or posted

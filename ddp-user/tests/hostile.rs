@@ -622,6 +622,161 @@ both_roles!(
     super::poll_round_split_header
 );
 
+/// What follows the small Sends of [`poll_round_small_sends`] in the same write.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum SmallEnd {
+    /// Nothing: three Sends, 20 rounds of them, each round taken in one step.
+    Nothing,
+    /// The first 5 octets of a third Send (the rest is written after the round).
+    Split,
+    /// An RDMA Write to an STag no region has.
+    Write,
+    /// A third Send whose CRC is wrong.
+    BadCrc,
+    /// The end of the stream (FIN).
+    Fin,
+}
+
+/// Small stream messages as a request-response exchange brings them: a poll round takes the
+/// FPDUs that are whole plain Sends in one step (`ConnState::small_round`) and leaves what
+/// follows them in the same read to the general round. Every byte of the good Sends arrives
+/// in order and not one more, and the end is the one the peer caused: the LLP CRC Terminate,
+/// the invalid STag Terminate, or an EOF. Only reads of whole Sends count as one step.
+fn poll_round_small_sends(role: Role, end: SmallEnd) {
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    let ms = 5000 * common::time_scale() as i32;
+    let rounds = if end == SmallEnd::Nothing { 20 } else { 1 };
+    let good = if matches!(end, SmallEnd::Nothing | SmallEnd::Split) {
+        3
+    } else {
+        2
+    };
+    let before = v.counters().unwrap().rx_small_rounds;
+    let reader = |want: &[u8]| {
+        let mut got = vec![0u8; want.len()];
+        let mut n = 0;
+        for _ in 0..10_000 {
+            if n == got.len() {
+                break;
+            }
+            n += v.recv(&mut [IoSliceMut::new(&mut got[n..])], 0).unwrap();
+        }
+        assert!(got == want, "{end:?}: stream content differs");
+    };
+    for r in 0..rounds {
+        let bodies: Vec<Vec<u8>> = (0..3)
+            .map(|k| pattern(1 + (r * 37 + k * 91) % 200, (r * 3 + k) as u64))
+            .collect();
+        let mut wire = Vec::new();
+        let mut late = Vec::new();
+        for (k, body) in bodies.iter().enumerate() {
+            if k == 2 && matches!(end, SmallEnd::Write | SmallEnd::Fin) {
+                break;
+            }
+            let msn = h.send_msn;
+            h.send_msn += 1;
+            let hb = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, true));
+            let mut f = h.frame(&[&hb, body]);
+            if k == 2 && end == SmallEnd::Split {
+                late = f.split_off(5);
+            }
+            if k == 2 && end == SmallEnd::BadCrc {
+                let n = f.len();
+                f[n - 1] ^= 0x01;
+            }
+            wire.extend_from_slice(&f);
+        }
+        if end == SmallEnd::Write {
+            let stag = STag::from_parts(0x00ab_cd00, 0x5a);
+            let hb = emit(&RdmapHeader::new(
+                RdmapMessage::Write {
+                    sink_stag: stag,
+                    sink_to: 0x1000,
+                },
+                true,
+            ));
+            wire.extend_from_slice(&h.frame(&[&hb, &[7; 64]]));
+        }
+        // (the wait first: the input is this thread's, not the progress thread's)
+        let pw = v.poll_wait().expect("open connection: a poll wait");
+        h.s.write_all(&wire).unwrap();
+        if end == SmallEnd::Fin {
+            h.s.shutdown(std::net::Shutdown::Write).unwrap();
+        }
+        let mut p = libc::pollfd {
+            fd: pw.tcp_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack.
+        assert_eq!(unsafe { libc::poll(&mut p, 1, ms) }, 1, "the FPDUs arrive");
+        assert!(pw.service(), "{end:?}: stream data held for the reader");
+        drop(pw);
+        if end == SmallEnd::Split {
+            h.s.write_all(&late).unwrap();
+        }
+        reader(&bodies[..good].concat());
+    }
+    let taken = v.counters().unwrap().rx_small_rounds - before;
+    // (a FIN after whole Sends is found by the next read: that round was whole too)
+    let whole = if matches!(end, SmallEnd::Nothing | SmallEnd::Fin) {
+        rounds
+    } else {
+        0
+    };
+    assert_eq!(taken, whole as u64, "{end:?}: rounds taken in one step");
+    match end {
+        SmallEnd::Nothing | SmallEnd::Split => {}
+        SmallEnd::Fin => {
+            let mut b = [0u8; 16];
+            assert_eq!(v.recv(&mut [IoSliceMut::new(&mut b)], 0), Ok(0), "EOF");
+        }
+        SmallEnd::Write | SmallEnd::BadCrc => {
+            let mut b = [0u8; 16];
+            let r = v.recv(&mut [IoSliceMut::new(&mut b)], 0);
+            assert_eq!(r, Ok(0), "{end:?}: EOF after the last good byte");
+            if end == SmallEnd::BadCrc {
+                expect_crc_end(&mut h, &v);
+            } else {
+                h.expect_terminate_code((1, 1, 0));
+                assert_ended(
+                    &v,
+                    Ended {
+                        term: Some((1, (1, 1, 0))),
+                        so_error: libc::ECONNRESET,
+                    },
+                );
+            }
+        }
+    }
+    drop(v);
+    bench.finish();
+}
+fn small_sends_whole(r: Role) {
+    poll_round_small_sends(r, SmallEnd::Nothing);
+}
+fn small_sends_split(r: Role) {
+    poll_round_small_sends(r, SmallEnd::Split);
+}
+fn small_sends_then_a_write(r: Role) {
+    poll_round_small_sends(r, SmallEnd::Write);
+}
+fn small_sends_bad_crc(r: Role) {
+    poll_round_small_sends(r, SmallEnd::BadCrc);
+}
+fn small_sends_fin(r: Role) {
+    poll_round_small_sends(r, SmallEnd::Fin);
+}
+both_roles!(poll_round_small_sends_whole, super::small_sends_whole);
+both_roles!(poll_round_small_sends_split, super::small_sends_split);
+both_roles!(
+    poll_round_small_sends_then_a_write,
+    super::small_sends_then_a_write
+);
+both_roles!(poll_round_small_sends_bad_crc, super::small_sends_bad_crc);
+both_roles!(poll_round_small_sends_fin, super::small_sends_fin);
+
 // ---- RDMA Read Request (source checks are RDMAP remote protection errors)
 
 fn rr_bad_source_stag(role: Role) {

@@ -439,6 +439,54 @@ fn input_from(
     }
 }
 
+/// A read [`ConnState::small_round`] did not take all of: its receive buffer, with the
+/// `len` octets it left at the front; the FPDUs it took and the read's length.
+pub(crate) struct SmallRest {
+    buf: Vec<u8>,
+    len: usize,
+    taken: usize,
+    read: usize,
+}
+
+/// What [`ConnState::small_round`] did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum SmallRound {
+    /// The whole round: only the hold and the epoll interest are left to bring in line.
+    Done,
+    /// The general round must run (`read`: and read the TCP socket).
+    General { read: bool },
+}
+
+/// What a buffered read of `r` octets that completed `headers` FPDUs says of the stream:
+/// large FPDUs (placed directly from now on) or small ones ([`SMALL_RUN_END`] of them in a
+/// row end a large stream).
+fn read_shape(large_stream: &mut bool, small_run: &mut u32, headers: usize, r: usize) {
+    if headers >= 1 && r / headers >= STREAM_DIRECT_MIN {
+        (*large_stream, *small_run) = (true, 0);
+    } else if headers >= 1 {
+        *small_run += headers as u32;
+        if *small_run >= SMALL_RUN_END {
+            *large_stream = false;
+        }
+    }
+}
+
+/// A read of the TCP socket found its end (`closing`: we shut down our side, or a close is
+/// under way).
+fn input_ended(rx_eof: &mut bool, stream_mode: bool, closing: bool, conn: &mut Connection) {
+    *rx_eof = true;
+    let pure_stream = stream_mode
+        && conn.is_idle()
+        && conn.recvs_posted() == 0
+        && conn.reads_outstanding() == 0
+        && conn.reads_owed() == 0;
+    // A clean EOF (between messages) on a pure byte stream is a half-close: we may still
+    // send (our choice; see the crate docs). Otherwise the stream is over (mid-message: lost).
+    if !pure_stream || closing {
+        conn.handle_eof();
+    }
+}
+
 /// A read of the TCP socket failed: the input ends there, with the error for `SO_ERROR`.
 fn input_failed(rx_eof: &mut bool, so_error: &mut i32, conn: &mut Connection, e: Errno) {
     *rx_eof = true;
@@ -748,6 +796,8 @@ pub(crate) struct RxCounts {
     pub(crate) chained: u64,
     /// Chained reads whose guess was wrong somewhere (what followed was copied back out).
     pub(crate) chain_misses: u64,
+    /// Poll rounds done whole by [`ConnState::small_round`].
+    pub(crate) small_rounds: u64,
 }
 
 /// The phase of a socket.
@@ -778,6 +828,8 @@ pub(crate) struct ConnState {
     spare_tx: Transmit,
     /// FPDU bytes read during the MPA exchange, not yet fed.
     pending_in: Vec<u8>,
+    /// What [`ConnState::small_round`] read and did not take, for `pump_input`.
+    small_rest: Option<SmallRest>,
     /// No receive was ever posted: Sends without one are the plain byte stream.
     pub(crate) stream_mode: bool,
     /// The TCP socket has [`STREAM_NOTSENT_LOWAT`] (set when the connection opens; taken
@@ -947,6 +999,7 @@ impl ConnState {
             deferred_bytes: 0,
             spare_tx: Transmit::default(),
             pending_in: Vec::new(),
+            small_rest: None,
             stream_mode: true,
             lowat: false,
             tagged_seen: false,
@@ -1125,7 +1178,7 @@ impl ConnState {
 
     /// Whether bytes read with the MPA exchange that follow it (the peer's first FPDUs) wait.
     pub(crate) fn has_pending_input(&self) -> bool {
-        !self.pending_in.is_empty()
+        !self.pending_in.is_empty() || self.small_rest.is_some()
     }
 
     /// The MPA exchange failed.
@@ -1492,7 +1545,27 @@ impl ConnState {
         while let Some(b) = self.backlog.take_freed() {
             sh.engine.rx_buf_put(b);
         }
-        let mut rx_buf = sh.engine.rx_buf_take();
+        let mut rx_buf = match self.small_rest.take() {
+            // The rest of a read `small_round` took the small Sends from (at the front of
+            // its buffer): fed as if read now, and the read's shape told as below.
+            Some(rest) => {
+                let mut b = rest.buf;
+                let fpdus = conn.stats().fpdus_in;
+                input_from(conn, &mut self.backlog, &mut b, rest.len, mem, sh);
+                let headers = rest.taken + (conn.stats().fpdus_in - fpdus) as usize;
+                read_shape(
+                    &mut self.large_stream,
+                    &mut self.small_run,
+                    headers,
+                    rest.read,
+                );
+                if conn.rx_ulpdu_len().is_some_and(|l| l >= STREAM_DIRECT_MIN) {
+                    (self.large_stream, self.small_run) = (true, 0);
+                }
+                b
+            }
+            None => sh.engine.rx_buf_take(),
+        };
         let mut inq_floor = self.inq_floor;
         let mut inq_fresh = core::mem::take(&mut self.inq_fresh);
         // (with markers in the FPDUs, the follower's length is not where a tail read looks)
@@ -1682,14 +1755,12 @@ impl ConnState {
                         }
                         // (large FPDUs in this read, or small ones)
                         let headers = (conn.stats().fpdus_in - fpdus) as usize;
-                        if headers >= 1 && r.unwrap_or(0) / headers >= STREAM_DIRECT_MIN {
-                            (self.large_stream, self.small_run) = (true, 0);
-                        } else if headers >= 1 {
-                            self.small_run += headers as u32;
-                            if self.small_run >= SMALL_RUN_END {
-                                self.large_stream = false;
-                            }
-                        }
+                        read_shape(
+                            &mut self.large_stream,
+                            &mut self.small_run,
+                            headers,
+                            r.unwrap_or(0),
+                        );
                         r
                     }
                 }
@@ -1706,18 +1777,8 @@ impl ConnState {
             }
             match got {
                 Ok(0) => {
-                    self.rx_eof = true;
-                    let pure_stream = self.stream_mode
-                        && conn.is_idle()
-                        && conn.recvs_posted() == 0
-                        && conn.reads_outstanding() == 0
-                        && conn.reads_owed() == 0;
-                    // A clean EOF (between messages) on a pure byte stream is a half-close:
-                    // we may still send (our choice; see the crate docs). Otherwise the
-                    // stream is over (mid-message: lost).
-                    if !pure_stream || self.tcp_shut_wr || self.close_deadline.is_some() {
-                        conn.handle_eof();
-                    }
+                    let closing = self.tcp_shut_wr || self.close_deadline.is_some();
+                    input_ended(&mut self.rx_eof, self.stream_mode, closing, conn);
                 }
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
@@ -2189,6 +2250,112 @@ impl ConnState {
         }
     }
 
+    /// The commonest round of a reader's `poll` whose TCP fd was reported readable
+    /// ([`Shared::serve_round`], the input held for that reader): small plain Sends of the
+    /// byte stream, whole in one read, and nothing else for the round to do. It reads as
+    /// `pump_input` would (one buffered read of [`BIG_READ`]), takes the FPDUs with
+    /// [`Connection::take_stream_sends`] into the backlog, and skips the rest of the general
+    /// round ([`Shared::progress`]): with nothing queued to send, no event, no tail, no
+    /// close, no shutdown and no press (the conditions below), `flush_tx` and `settle`
+    /// would find nothing to do but keep the hold. Whatever else the read brings is left to
+    /// the general round: octets that are not such FPDUs stay at the front of the read's
+    /// buffer ([`SmallRest`]), which `pump_input` feeds first as if it had just read them;
+    /// the end of the input and errors are recorded as `pump_input` records them.
+    pub(crate) fn small_round(&mut self, sh: &Shared) -> SmallRound {
+        if !self.hold
+            || self.announced
+            || self.large_stream
+            || self.tagged_seen
+            || !self.stream_mode
+            || self.rx_eof
+            || self.rd_shut
+            || self.conn_done
+            || self.finalized
+            || self.pressed
+            || self.want_shut_wr
+            || self.tail.is_some()
+            || self.close_deadline.is_some()
+            || self.deferred_wrs != 0
+            || self.bytes_tx >= self.mss_check_at
+            || self.has_pending_input()
+            || !self.backlog.is_empty()
+            || !matches!(self.phase, Phase::Open)
+            || sh.user_closed.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return SmallRound::General { read: true };
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return SmallRound::General { read: true };
+        };
+        if !conn.at_stream_boundary()
+            || conn.recvs_posted() != 0
+            || conn.reads_outstanding() != 0
+            || conn.reads_owed() != 0
+            || conn.has_events()
+            || !conn.transmit_idle()
+        {
+            return SmallRound::General { read: true };
+        }
+        self.rx_limit = sh.engine.rx_backlog_limit();
+        while let Some(b) = self.backlog.take_freed() {
+            sh.engine.rx_buf_put(b);
+        }
+        let mut rx_buf = sh.engine.rx_buf_take();
+        self.inq_fresh = false;
+        let mark = sh.wait_set.tcp_mark();
+        self.rx_counts.reads += 1;
+        let round = match sys::recv(sh.tcp_fd, &mut rx_buf[..BIG_READ], libc::MSG_DONTWAIT) {
+            Ok(0) => {
+                input_ended(&mut self.rx_eof, self.stream_mode, self.tcp_shut_wr, conn);
+                SmallRound::General { read: false }
+            }
+            Ok(n) => {
+                // (TCP returns less than asked only when its queue ran out)
+                let drained = n < BIG_READ;
+                if drained {
+                    sh.wait_set.tcp_drained(mark);
+                }
+                self.inq_floor = self.inq_floor.saturating_sub(n);
+                let mut at = 0;
+                let mut out = self.backlog.take_spare();
+                let taken = conn.take_stream_sends(&rx_buf[..n], &mut at, &mut out);
+                self.bytes_rx += out.len() as u64;
+                self.backlog.push(out);
+                if at < n {
+                    // (fed by the general round, with the read's shape: `pump_input`)
+                    rx_buf.copy_within(at..n, 0);
+                    let buf = core::mem::take(&mut rx_buf);
+                    self.small_rest = Some(SmallRest {
+                        buf,
+                        len: n - at,
+                        taken,
+                        read: n,
+                    });
+                } else {
+                    read_shape(&mut self.large_stream, &mut self.small_run, taken, n);
+                }
+                if at == n && drained {
+                    self.rx_counts.small_rounds += 1;
+                    SmallRound::Done
+                } else {
+                    SmallRound::General { read: !drained }
+                }
+            }
+            Err(Errno::EAGAIN) => {
+                sh.wait_set.tcp_drained(mark);
+                SmallRound::General { read: false }
+            }
+            Err(e) => {
+                input_failed(&mut self.rx_eof, &mut self.so_error, conn, e);
+                SmallRound::General { read: false }
+            }
+        };
+        if !rx_buf.is_empty() {
+            sh.engine.rx_buf_put(rx_buf);
+        }
+        round
+    }
+
     /// Whether stream data for the reader waits in the TCP socket, a whole FPDU's worth at
     /// least (the reader's `recv` can then place it straight into its buffer), with nothing
     /// of the stream in the engine before it. Between FPDUs it reads the next header (or its
@@ -2204,6 +2371,7 @@ impl ConnState {
             || self.rd_shut
             || !self.backlog.is_empty()
             || !self.pending_in.is_empty()
+            || self.small_rest.is_some()
             || !matches!(self.phase, Phase::Open)
         {
             return false;

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use ddp_proto::conn::State;
 
-use crate::driver::conn::{ConnState, Phase};
+use crate::driver::conn::{ConnState, Phase, SmallRound};
 use crate::driver::mem::{SessionMem, UserSink};
 use crate::engine::cq::{Cq, Wc};
 use crate::engine::registry::Registry;
@@ -985,7 +985,18 @@ impl Shared {
                 return st.hold;
             }
         }
-        self.progress_as(st, None, true, rearm);
+        // (small messages: the commonest round in one step, see `ConnState::small_round`)
+        let read = match st.small_round(self) {
+            SmallRound::Done => {
+                if rearm {
+                    self.rearm(st);
+                }
+                self.note_hold(st);
+                return true;
+            }
+            SmallRound::General { read } => read,
+        };
+        self.progress_as(st, None, read, rearm);
         // (flush_backlog ends the hold at once if nothing stream-like arrived)
         if st.hold {
             self.note_hold(st);

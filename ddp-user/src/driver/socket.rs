@@ -74,6 +74,9 @@ pub struct Counters {
     /// Such reads whose guess of the FPDUs to come was wrong: the bytes after the wrong
     /// guess were copied back out and taken as buffered input.
     pub rx_chain_misses: u64,
+    /// Poll rounds that took their input whole in one step (small stream messages; see
+    /// `ConnState::small_round`).
+    pub rx_small_rounds: u64,
 }
 
 /// A [`DdpSocket`] that does not keep the socket open ([`DdpSocket::downgrade`]).
@@ -1614,6 +1617,7 @@ impl DdpSocket {
                 rx_reads: rx.reads,
                 rx_chained: rx.chained,
                 rx_chain_misses: rx.chain_misses,
+                rx_small_rounds: rx.small_rounds,
             }
         }))
     }
