@@ -2323,7 +2323,9 @@ impl ConnState {
                 self.backlog.push(out);
                 if at < n {
                     // (fed by the general round, with the read's shape: `pump_input`)
-                    rx_buf.copy_within(at..n, 0);
+                    if at > 0 {
+                        rx_buf.copy_within(at..n, 0);
+                    }
                     let buf = core::mem::take(&mut rx_buf);
                     self.small_rest = Some(SmallRest {
                         buf,
