@@ -548,6 +548,56 @@ fn random_sends(
     (stream, good, shortest)
 }
 
+/// A random stream of Sends for the one-step tests (seed `seed`): the FPDUs, whether they
+/// are all good and non-empty, whether a receive is posted first, the CRC setting and how
+/// many messages there are.
+struct SendCase {
+    stream: Vec<u8>,
+    good: bool,
+    recvs: bool,
+    crc: bool,
+    sends: u64,
+}
+
+impl SendCase {
+    fn new(seed: u64) -> SendCase {
+        let mut rng = Rng::new(seed);
+        let crc = seed % 5 != 4;
+        let sends = 1 + rng.below(10);
+        let (stream, kinds_good, shortest) = random_sends(&mut rng, crc, sends, |r| r.below(300));
+        let recvs = rng.below(4) == 0;
+        SendCase {
+            stream,
+            good: kinds_good && shortest > 0,
+            recvs,
+            crc,
+            sends,
+        }
+    }
+
+    /// Feeds the stream to a stream-mode receiver (a receive posted first if `recvs`), cut
+    /// by `chunking`, each read offered to `take_stream_sends` first if `take_sends`.
+    fn run(&self, seed: u64, chunking: Chunking, take_sends: bool) -> Left {
+        let mut p = Pair::new(Opts {
+            mode_b: RecvMode::Stream,
+            crc: self.crc,
+            chunking,
+            mem_size: 16384,
+            seed,
+            take_sends,
+            ..Opts::default()
+        });
+        if self.recvs {
+            p.b.conn
+                .post_recv(3, &[Sge::new(BASE + 8192, 200)])
+                .unwrap();
+        }
+        p.b.inbox = self.stream.clone();
+        p.drive();
+        Left::of(&p.b, BASE + 8192, 200)
+    }
+}
+
 /// A whole plain Send in stream mode is taken in one step (`Connection::handle_input`'s
 /// shortcut); any other FPDU, or any state the shortcut does not cover, takes the general
 /// steps. Random FPDU streams (good Sends, and Sends with a wrong MSN, queue, MO, version,
@@ -559,33 +609,10 @@ fn random_sends(
 fn whole_stream_sends_match_the_general_steps() {
     let mut shortcut_streams = 0;
     for seed in 0..300u64 {
-        let mut rng = Rng::new(seed);
-        let crc = seed % 5 != 4;
-        let sends = 1 + rng.below(10);
-        let (stream, kinds_good, shortest) = random_sends(&mut rng, crc, sends, |r| r.below(300));
-        let good = kinds_good && shortest > 0;
-        let recvs = rng.below(4) == 0;
-        shortcut_streams += usize::from(good && !recvs);
-        let run = |chunking| {
-            let mut p = Pair::new(Opts {
-                mode_b: RecvMode::Stream,
-                crc,
-                chunking,
-                mem_size: 16384,
-                seed,
-                ..Opts::default()
-            });
-            if recvs {
-                p.b.conn
-                    .post_recv(3, &[Sge::new(BASE + 8192, 200)])
-                    .unwrap();
-            }
-            p.b.inbox = stream.clone();
-            p.drive();
-            Left::of(&p.b, BASE + 8192, 200)
-        };
-        let whole = Left::same_either_way(seed, run);
-        if good && !recvs {
+        let case = SendCase::new(seed);
+        shortcut_streams += usize::from(case.good && !case.recvs);
+        let whole = Left::same_either_way(seed, |chunking| case.run(seed, chunking, false));
+        if case.good && !case.recvs {
             assert_eq!(whole.state, State::Open, "seed {seed}");
             assert!(!whole.stream.is_empty(), "seed {seed}");
         }
@@ -606,35 +633,11 @@ fn whole_stream_sends_match_the_general_steps() {
 fn taken_stream_sends_match_the_general_steps() {
     let mut taken_streams = 0;
     for seed in 0..300u64 {
-        let mut rng = Rng::new(seed);
-        let crc = seed % 5 != 4;
-        let sends = 1 + rng.below(10);
-        let (stream, kinds_good, shortest) = random_sends(&mut rng, crc, sends, |r| r.below(300));
-        let good = kinds_good && shortest > 0;
-        let recvs = rng.below(4) == 0;
-        taken_streams += usize::from(good && !recvs);
-        let run = |chunking, take_sends| {
-            let mut p = Pair::new(Opts {
-                mode_b: RecvMode::Stream,
-                crc,
-                chunking,
-                mem_size: 16384,
-                seed,
-                take_sends,
-                ..Opts::default()
-            });
-            if recvs {
-                p.b.conn
-                    .post_recv(3, &[Sge::new(BASE + 8192, 200)])
-                    .unwrap();
-            }
-            p.b.inbox = stream.clone();
-            p.drive();
-            Left::of(&p.b, BASE + 8192, 200)
-        };
-        let general = run(Chunking::Bytes, false);
+        let case = SendCase::new(seed);
+        taken_streams += usize::from(case.good && !case.recvs);
+        let general = case.run(seed, Chunking::Bytes, false);
         for chunking in [Chunking::Whole, Chunking::Random(200)] {
-            let taken = run(chunking, true);
+            let taken = case.run(seed, chunking, true);
             assert!(
                 taken == general,
                 "seed {seed} {chunking:?}: taken first {:?}, general steps {:?}",
@@ -642,9 +645,9 @@ fn taken_stream_sends_match_the_general_steps() {
                 general.brief()
             );
         }
-        if good && !recvs {
+        if case.good && !case.recvs {
             assert_eq!(general.state, State::Open, "seed {seed}");
-            assert_eq!(general.counts.0, sends, "seed {seed}");
+            assert_eq!(general.counts.0, case.sends, "seed {seed}");
         }
     }
     assert!(

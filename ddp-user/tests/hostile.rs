@@ -371,6 +371,31 @@ fn expect_crc_end(h: &mut Hostile, v: &DdpSocket) {
     );
 }
 
+/// The invalid STag Terminate (an RDMA Write to an STag no region has) on the wire, and the
+/// victim's connection ended by it.
+fn expect_bad_stag_end(h: &mut Hostile, v: &DdpSocket) {
+    h.expect_terminate_code((1, 1, 0));
+    assert_ended(
+        v,
+        Ended {
+            term: Some((1, (1, 1, 0))),
+            so_error: libc::ECONNRESET,
+        },
+    );
+}
+
+/// Waits (5 s, scaled) until `fd` is readable; `what` names what should arrive.
+fn wait_readable(fd: i32, what: &str) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = 5000 * common::time_scale() as i32;
+    // SAFETY: one pollfd on the stack.
+    assert_eq!(unsafe { libc::poll(&mut p, 1, ms) }, 1, "{what}");
+}
+
 /// Stream data (no receive posted) read in 1 MiB buffers, so that reads place several FPDUs
 /// each (chained reads), with a bad CRC on the large FPDU of message `BAD` of 96 equal
 /// 64 KiB messages: every byte before that message arrives, in order, and not one more; the
@@ -507,24 +532,10 @@ fn poll_round_non_stream_header(role: Role) {
     let pw = v.poll_wait().expect("open connection: a poll wait");
     let stag = STag::from_parts(0x00ab_cd00, 0x5a);
     h.write(stag, 0x1000, &[7; 64]);
-    let mut p = libc::pollfd {
-        fd: pw.tcp_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = 5000 * common::time_scale() as i32;
-    // SAFETY: one pollfd on the stack.
-    assert_eq!(unsafe { libc::poll(&mut p, 1, ms) }, 1, "the FPDU arrives");
+    wait_readable(pw.tcp_fd(), "the FPDU arrives");
     assert!(!pw.service(), "not stream data: nothing held for a reader");
     drop(pw);
-    h.expect_terminate_code((1, 1, 0));
-    assert_ended(
-        &v,
-        Ended {
-            term: Some((1, (1, 1, 0))),
-            so_error: libc::ECONNRESET,
-        },
-    );
+    expect_bad_stag_end(&mut h, &v);
     drop(v);
     bench.finish();
 }
@@ -577,7 +588,6 @@ fn poll_round_split_header(role: Role) {
         recv_exactly(&mut got);
         assert!(got == body, "stream content differs (message {seed})");
     }
-    let ms = 5000 * common::time_scale() as i32;
     // (the small FPDU's ULPDU_LENGTH is 2 octets, its untagged header 18)
     for k in 1..20 {
         let body = pattern(MSG, k as u64);
@@ -592,17 +602,7 @@ fn poll_round_split_header(role: Role) {
         );
         let pw = v.poll_wait().expect("open connection: a poll wait");
         h.s.write_all(&small[k..]).unwrap();
-        let mut p = libc::pollfd {
-            fd: pw.tcp_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd on the stack.
-        assert_eq!(
-            unsafe { libc::poll(&mut p, 1, ms) },
-            1,
-            "split {k}: the rest arrives"
-        );
+        wait_readable(pw.tcp_fd(), &format!("split {k}: the rest arrives"));
         assert!(pw.service(), "split {k}: stream data for the reader");
         // Only the header's rest was read: payload and CRC wait for the reader.
         assert_eq!(
@@ -645,7 +645,6 @@ enum SmallEnd {
 fn poll_round_small_sends(role: Role, end: SmallEnd) {
     let bench = Bench::default(role);
     let (mut h, v) = bench.establish();
-    let ms = 5000 * common::time_scale() as i32;
     let rounds = if end == SmallEnd::Nothing { 20 } else { 1 };
     let good = if matches!(end, SmallEnd::Nothing | SmallEnd::Split) {
         3
@@ -704,13 +703,7 @@ fn poll_round_small_sends(role: Role, end: SmallEnd) {
         if end == SmallEnd::Fin {
             h.s.shutdown(std::net::Shutdown::Write).unwrap();
         }
-        let mut p = libc::pollfd {
-            fd: pw.tcp_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd on the stack.
-        assert_eq!(unsafe { libc::poll(&mut p, 1, ms) }, 1, "the FPDUs arrive");
+        wait_readable(pw.tcp_fd(), "the FPDUs arrive");
         assert!(pw.service(), "{end:?}: stream data held for the reader");
         drop(pw);
         if end == SmallEnd::Split {
@@ -739,14 +732,7 @@ fn poll_round_small_sends(role: Role, end: SmallEnd) {
             if end == SmallEnd::BadCrc {
                 expect_crc_end(&mut h, &v);
             } else {
-                h.expect_terminate_code((1, 1, 0));
-                assert_ended(
-                    &v,
-                    Ended {
-                        term: Some((1, (1, 1, 0))),
-                        so_error: libc::ECONNRESET,
-                    },
-                );
+                expect_bad_stag_end(&mut h, &v);
             }
         }
     }
