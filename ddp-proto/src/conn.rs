@@ -929,6 +929,17 @@ impl Connection {
         self.events.pop_front()
     }
 
+    /// The next event if `take` says so of it (else it stays next): for a driver that
+    /// handles the common kinds in a short path and leaves the rest, in order, to its
+    /// general one.
+    pub fn poll_event_if(&mut self, take: impl FnOnce(&Event) -> bool) -> Option<Event> {
+        if take(self.events.front()?) {
+            self.events.pop_front()
+        } else {
+            None
+        }
+    }
+
     /// The driver wrote `bytes` more bytes of the transmit stream to the socket.
     pub fn on_written(&mut self, bytes: u64) {
         self.written_pos = (self.written_pos + bytes).min(self.tx_pos);

@@ -37,7 +37,7 @@ use ddp_proto::mpa::markers::is_marker_start;
 use ddp_proto::mpa::startup::MpaConfig;
 use ddp_proto::wire::mpa::MpaFrameRepr;
 use ddp_proto::wire::rdmap::{Opcode, RdmapControl, RdmapHeader, RdmapMessage};
-use ddp_user::engine::cq::status;
+use ddp_user::engine::cq::{Wc, status};
 use ddp_user::{DdpSocket, SIGNALED};
 use guard::Watched;
 use peer::*;
@@ -762,6 +762,176 @@ both_roles!(
 );
 both_roles!(poll_round_small_sends_bad_crc, super::small_sends_bad_crc);
 both_roles!(poll_round_small_sends_fin, super::small_sends_fin);
+
+/// Small Sends into posted receives as a request-response exchange brings them: a thread
+/// waiting for completions takes a read of whole Sends into the receives in one step
+/// (`ConnState::posted_round`) and leaves everything else to the general round. Every good
+/// Send lands in its receive, whole and with nothing written past it, its completion in
+/// order, and the end is the one the peer caused: the LLP CRC Terminate, the invalid STag
+/// Terminate, or an EOF (the receives left flushed; the one a bad Send was placed into
+/// failed). Rounds whose read ended with the
+/// socket drained and nothing but receive completions count as one step, a split Send's
+/// first part included (its rest comes to the general round).
+fn posted_round_small_sends(role: Role, end: SmallEnd) {
+    const BUF: usize = 128;
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    let rounds = if end == SmallEnd::Nothing { 20 } else { 1 };
+    let good = if matches!(end, SmallEnd::Nothing | SmallEnd::Split) {
+        3
+    } else {
+        2
+    };
+    let before = v.counters().unwrap().rx_small_rounds;
+    for r in 0..rounds {
+        // (three of them in one read of 256 octets, the first read between messages)
+        let bodies: Vec<Vec<u8>> = (0..3)
+            .map(|k| pattern(1 + (r * 37 + k * 11) % 40, (r * 3 + k) as u64))
+            .collect();
+        let bufs: Vec<Watched> = bodies
+            .iter()
+            .enumerate()
+            .map(|(k, b)| Watched::new(BUF, (r * 3 + k) as u64 + 0x51, vec![0..b.len()]))
+            .collect();
+        for (k, b) in bufs.iter().enumerate() {
+            // SAFETY: every buffer outlives the completion taken below.
+            unsafe { v.post_recv(k as u64, &[b.g.iov(0..BUF)]) }.unwrap();
+        }
+        let mut wire = Vec::new();
+        let mut late = Vec::new();
+        for (k, body) in bodies.iter().enumerate() {
+            if k == 2 && matches!(end, SmallEnd::Write | SmallEnd::Fin) {
+                break;
+            }
+            let msn = h.send_msn;
+            h.send_msn += 1;
+            let hb = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, true));
+            let mut f = h.frame(&[&hb, body]);
+            if k == 2 && end == SmallEnd::Split {
+                late = f.split_off(5);
+            }
+            if k == 2 && end == SmallEnd::BadCrc {
+                let n = f.len();
+                f[n - 1] ^= 0x01;
+            }
+            wire.extend_from_slice(&f);
+        }
+        if end == SmallEnd::Write {
+            let stag = STag::from_parts(0x00ab_cd00, 0x5a);
+            let hb = emit(&RdmapHeader::new(
+                RdmapMessage::Write {
+                    sink_stag: stag,
+                    sink_to: 0x1000,
+                },
+                true,
+            ));
+            wire.extend_from_slice(&h.frame(&[&hb, &[7; 64]]));
+        }
+        assert!(
+            wire.len() < 256,
+            "one read between messages takes the round"
+        );
+        // (a poll wait first: the input is this thread's, not the progress thread's)
+        let pw = v.poll_wait().expect("open connection: a poll wait");
+        h.s.write_all(&wire).unwrap();
+        if end == SmallEnd::Fin {
+            h.s.shutdown(std::net::Shutdown::Write).unwrap();
+        }
+        wait_readable(pw.tcp_fd(), "the FPDUs arrive");
+        let mut wcs = Vec::new();
+        let mut wc = [Wc::default(); 8];
+        let k = v
+            .wait_cq(&mut wc, Some(Duration::from_secs(10)))
+            .expect("wait_cq");
+        wcs.extend_from_slice(&wc[..k]);
+        drop(pw);
+        if end == SmallEnd::Split {
+            h.s.write_all(&late).unwrap();
+        }
+        // The good ones, then (after an end) the rest flushed.
+        let all = if end == SmallEnd::Nothing || end == SmallEnd::Split {
+            good
+        } else {
+            3
+        };
+        for _ in 0..100 {
+            if wcs.len() >= all {
+                break;
+            }
+            let k = v
+                .wait_cq(&mut wc, Some(Duration::from_secs(10)))
+                .expect("wait_cq");
+            assert!(k > 0, "{end:?}: completions within 10 s");
+            wcs.extend_from_slice(&wc[..k]);
+        }
+        assert_eq!(wcs.len(), all, "{end:?}: completions {wcs:?}");
+        for (k, w) in wcs.iter().enumerate() {
+            assert_eq!(w.wr_id, k as u64, "{end:?}: completions in order");
+            if k < good {
+                assert_eq!(
+                    (w.status, w.byte_len as usize),
+                    (status::SUCCESS, bodies[k].len()),
+                    "{end:?}: receive {k}"
+                );
+                assert!(
+                    bufs[k].g.snapshot()[..bodies[k].len()] == bodies[k][..],
+                    "{end:?}: receive {k} content"
+                );
+            } else if end == SmallEnd::BadCrc {
+                // (the Send with the bad CRC was placed into this one: it ends with the error)
+                assert_eq!(w.status, status::FATAL_ERR, "{end:?}: receive {k} failed");
+            } else {
+                assert_eq!(w.status, status::FLUSH_ERR, "{end:?}: receive {k} flushed");
+            }
+        }
+        for (k, b) in bufs.iter().enumerate() {
+            b.assert_untouched(&format!("{end:?}: receive buffer {k}"));
+        }
+    }
+    let taken = v.counters().unwrap().rx_small_rounds - before;
+    let whole = match end {
+        SmallEnd::Nothing => rounds,
+        SmallEnd::Split | SmallEnd::Fin => 1,
+        SmallEnd::Write | SmallEnd::BadCrc => 0,
+    };
+    assert_eq!(taken, whole as u64, "{end:?}: rounds taken in one step");
+    match end {
+        SmallEnd::Nothing | SmallEnd::Split => {}
+        SmallEnd::Fin => {
+            assert_eq!(h.expect_silent_close(), Close::Fin, "no Terminate, a FIN");
+        }
+        SmallEnd::BadCrc => expect_crc_end(&mut h, &v),
+        SmallEnd::Write => expect_bad_stag_end(&mut h, &v),
+    }
+    drop(v);
+    bench.finish();
+}
+fn posted_sends_whole(r: Role) {
+    posted_round_small_sends(r, SmallEnd::Nothing);
+}
+fn posted_sends_split(r: Role) {
+    posted_round_small_sends(r, SmallEnd::Split);
+}
+fn posted_sends_then_a_write(r: Role) {
+    posted_round_small_sends(r, SmallEnd::Write);
+}
+fn posted_sends_bad_crc(r: Role) {
+    posted_round_small_sends(r, SmallEnd::BadCrc);
+}
+fn posted_sends_fin(r: Role) {
+    posted_round_small_sends(r, SmallEnd::Fin);
+}
+both_roles!(posted_round_small_sends_whole, super::posted_sends_whole);
+both_roles!(posted_round_small_sends_split, super::posted_sends_split);
+both_roles!(
+    posted_round_small_sends_then_a_write,
+    super::posted_sends_then_a_write
+);
+both_roles!(
+    posted_round_small_sends_bad_crc,
+    super::posted_sends_bad_crc
+);
+both_roles!(posted_round_small_sends_fin, super::posted_sends_fin);
 
 // ---- RDMA Read Request (source checks are RDMAP remote protection errors)
 

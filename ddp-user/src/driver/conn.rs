@@ -1370,8 +1370,7 @@ impl ConnState {
                     if n == r.len() && conn.transmit_idle() {
                         self.spare_tx = t;
                         if completes {
-                            let mut mem = SessionMem::new(&sh.engine.registry, None);
-                            self.settle(sh, &mut mem);
+                            self.settle_sent(sh);
                         }
                         return;
                     }
@@ -1407,6 +1406,38 @@ impl ConnState {
         if completes {
             self.settle(sh, &mut mem);
         }
+    }
+
+    /// `settle` after a fast path wrote a small message whole with nothing else under way:
+    /// the completions of application work requests at the front of the events go into the
+    /// CQ as `settle` puts them there. Anything more (another event, a stream buffer's
+    /// completion, a backlog or a hold to bring in line, a shutdown due) takes the whole
+    /// `settle`, which finds the rest of the events in order.
+    fn settle_sent(&mut self, sh: &Shared) {
+        if let Some(conn) = self.conn.as_mut()
+            && conn.state() == State::Open
+        {
+            while let Some(&SqMeta::App { wr_id, signaled }) = self.sq_meta.front()
+                && let Some(Event::Completion(c)) =
+                    conn.poll_event_if(|e| matches!(e, Event::Completion(_)))
+            {
+                self.sq_meta.pop_front();
+                debug_assert_eq!(wr_id, c.wr_id);
+                if signaled || c.status != WcStatus::Success {
+                    sh.push_wc(wc_from_completion(&c, self.last_term), self.defer_wc);
+                }
+            }
+            if !conn.has_events()
+                && self.backlog.is_empty()
+                && !self.hold
+                && !self.conn_done
+                && !self.want_shut_wr
+            {
+                return;
+            }
+        }
+        let mut mem = SessionMem::new(&sh.engine.registry, None);
+        self.settle(sh, &mut mem);
     }
 
     /// Whether a `send` of `total` bytes may post them straight from the caller's buffers
@@ -2262,11 +2293,128 @@ impl ConnState {
     /// buffer ([`SmallRest`]), which `pump_input` feeds first as if it had just read them;
     /// the end of the input and errors are recorded as `pump_input` records them.
     pub(crate) fn small_round(&mut self, sh: &Shared) -> SmallRound {
-        if !self.hold
-            || self.announced
+        if !self.hold || !self.stream_mode || !self.quiet_but_input(sh) {
+            return SmallRound::General { read: true };
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return SmallRound::General { read: true };
+        };
+        if !conn.at_stream_boundary() || conn.recvs_posted() != 0 || !conn.transmit_idle() {
+            return SmallRound::General { read: true };
+        }
+        let (mut rx_buf, n) = match self.one_step_read(sh, BIG_READ) {
+            Ok(r) => r,
+            Err(round) => return round,
+        };
+        let conn = self.conn.as_mut().expect("checked above");
+        // (TCP returns less than asked only when its queue ran out)
+        let drained = n < BIG_READ;
+        let mut at = 0;
+        let mut out = self.backlog.take_spare();
+        let taken = conn.take_stream_sends(&rx_buf[..n], &mut at, &mut out);
+        self.bytes_rx += out.len() as u64;
+        self.backlog.push(out);
+        if at < n {
+            // (fed by the general round, with the read's shape: `pump_input`)
+            if at > 0 {
+                rx_buf.copy_within(at..n, 0);
+            }
+            self.small_rest = Some(SmallRest {
+                buf: rx_buf,
+                len: n - at,
+                taken,
+                read: n,
+            });
+        } else {
+            read_shape(&mut self.large_stream, &mut self.small_run, taken, n);
+            sh.engine.rx_buf_put(rx_buf);
+        }
+        if at == n && drained {
+            self.rx_counts.small_rounds += 1;
+            SmallRound::Done
+        } else {
+            SmallRound::General { read: !drained }
+        }
+    }
+
+    /// The commonest round of a thread waiting for completions ([`DdpSocket::wait_cq`]) on
+    /// a socket in posted mode: Sends into posted receives, whole in one read, and nothing
+    /// else for the round to do. It reads as `pump_input` would between messages (one
+    /// buffered read, of [`SMALL_READ`] or, after small messages, [`BIG_READ`]), feeds the
+    /// read to the connection into `mem`, and puts the receive completions at the front of
+    /// the events into the CQ as `settle` would. `Done` when the read drained the socket and
+    /// that was all: no other event, nothing to send, no stream bytes (with the conditions
+    /// of [`ConnState::quiet_but_input`], `flush_tx` and `settle` would find nothing more
+    /// to do). Otherwise the general round runs on with `mem` ([`Shared::progress_in`]),
+    /// which sees the rest of the events in order; the end of the input and errors are
+    /// recorded as `pump_input` records them.
+    ///
+    /// [`DdpSocket::wait_cq`]: crate::driver::socket::DdpSocket::wait_cq
+    pub(crate) fn posted_round(
+        &mut self,
+        sh: &Shared,
+        mem: &mut SessionMem<'_, '_, '_>,
+    ) -> SmallRound {
+        if self.stream_mode || !self.quiet_but_input(sh) || mem.has_sink() {
+            return SmallRound::General { read: true };
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return SmallRound::General { read: true };
+        };
+        // (between messages, where `pump_input` makes a buffered read too: inside one it
+        // may place the payload straight into the receive's buffer)
+        if conn.recvs_posted() == 0 || !conn.is_idle() || !conn.transmit_idle() {
+            return SmallRound::General { read: true };
+        }
+        let asked = if self.small_rx { BIG_READ } else { SMALL_READ };
+        let (mut rx_buf, n) = match self.one_step_read(sh, asked) {
+            Ok(r) => r,
+            Err(round) => return round,
+        };
+        let conn = self.conn.as_mut().expect("checked above");
+        let fpdus = conn.stats().fpdus_in;
+        input_from(conn, &mut self.backlog, &mut rx_buf, n, mem, sh);
+        sh.engine.rx_buf_put(rx_buf);
+        // (what `pump_input` learns from a buffered read)
+        let headers = (conn.stats().fpdus_in - fpdus) as usize;
+        read_shape(&mut self.large_stream, &mut self.small_run, headers, n);
+        if conn.rx_ulpdu_len().is_some_and(|l| l >= STREAM_DIRECT_MIN) {
+            (self.large_stream, self.small_run) = (true, 0);
+        }
+        if mem.stream_bytes > 0 {
+            self.tagged_seen = false;
+        }
+        // `settle`'s steps for receive completions, in the order of the events
+        while let Some(Event::RecvCompletion(c)) =
+            conn.poll_event_if(|e| matches!(e, Event::RecvCompletion(_)))
+        {
+            if c.status == WcStatus::Success {
+                self.bytes_rx += c.byte_len;
+            }
+            sh.push_wc(wc_from_completion(&c, self.last_term), self.defer_wc);
+        }
+        let drained = n < asked;
+        if drained
+            && !conn.has_events()
+            && conn.state() == State::Open
+            && conn.transmit_idle()
+            && mem.overflow.is_empty()
+            && mem.stream_bytes == 0
+        {
+            self.rx_counts.small_rounds += 1;
+            SmallRound::Done
+        } else {
+            SmallRound::General { read: !drained }
+        }
+    }
+
+    /// Whether, of all a round of progress does, only the input may find work: open, no
+    /// input kept back, no stream backlog, nothing of ours to send or close, no event, no
+    /// RDMA Read under way (the one-step rounds' common conditions; each adds its own).
+    fn quiet_but_input(&self, sh: &Shared) -> bool {
+        !(self.announced
             || self.large_stream
             || self.tagged_seen
-            || !self.stream_mode
             || self.rx_eof
             || self.rd_shut
             || self.conn_done
@@ -2280,22 +2428,17 @@ impl ConnState {
             || self.has_pending_input()
             || !self.backlog.is_empty()
             || !matches!(self.phase, Phase::Open)
-            || sh.user_closed.load(std::sync::atomic::Ordering::Relaxed)
-        {
-            return SmallRound::General { read: true };
-        }
-        let Some(conn) = self.conn.as_mut() else {
-            return SmallRound::General { read: true };
-        };
-        if !conn.at_stream_boundary()
-            || conn.recvs_posted() != 0
-            || conn.reads_outstanding() != 0
-            || conn.reads_owed() != 0
-            || conn.has_events()
-            || !conn.transmit_idle()
-        {
-            return SmallRound::General { read: true };
-        }
+            || sh.user_closed.load(std::sync::atomic::Ordering::Relaxed))
+            && self.conn.as_ref().is_some_and(|c| {
+                c.reads_outstanding() == 0 && c.reads_owed() == 0 && !c.has_events()
+            })
+    }
+
+    /// The read of a one-step round: up to `asked` octets into a receive buffer. `Ok` with
+    /// the buffer and the octets read; `Err` with the general round to run when the read
+    /// found nothing, the end of the input or an error (recorded as `pump_input` records
+    /// them).
+    fn one_step_read(&mut self, sh: &Shared, asked: usize) -> Result<(Vec<u8>, usize), SmallRound> {
         self.rx_limit = sh.engine.rx_backlog_limit();
         while let Some(b) = self.backlog.take_freed() {
             sh.engine.rx_buf_put(b);
@@ -2304,44 +2447,22 @@ impl ConnState {
         self.inq_fresh = false;
         let mark = sh.wait_set.tcp_mark();
         self.rx_counts.reads += 1;
-        let round = match sys::recv(sh.tcp_fd, &mut rx_buf[..BIG_READ], libc::MSG_DONTWAIT) {
+        let Some(conn) = self.conn.as_mut() else {
+            sh.engine.rx_buf_put(rx_buf);
+            return Err(SmallRound::General { read: true });
+        };
+        let round = match sys::recv(sh.tcp_fd, &mut rx_buf[..asked], libc::MSG_DONTWAIT) {
             Ok(0) => {
                 input_ended(&mut self.rx_eof, self.stream_mode, self.tcp_shut_wr, conn);
                 SmallRound::General { read: false }
             }
             Ok(n) => {
                 // (TCP returns less than asked only when its queue ran out)
-                let drained = n < BIG_READ;
-                if drained {
+                if n < asked {
                     sh.wait_set.tcp_drained(mark);
                 }
                 self.inq_floor = self.inq_floor.saturating_sub(n);
-                let mut at = 0;
-                let mut out = self.backlog.take_spare();
-                let taken = conn.take_stream_sends(&rx_buf[..n], &mut at, &mut out);
-                self.bytes_rx += out.len() as u64;
-                self.backlog.push(out);
-                if at < n {
-                    // (fed by the general round, with the read's shape: `pump_input`)
-                    if at > 0 {
-                        rx_buf.copy_within(at..n, 0);
-                    }
-                    let buf = core::mem::take(&mut rx_buf);
-                    self.small_rest = Some(SmallRest {
-                        buf,
-                        len: n - at,
-                        taken,
-                        read: n,
-                    });
-                } else {
-                    read_shape(&mut self.large_stream, &mut self.small_run, taken, n);
-                }
-                if at == n && drained {
-                    self.rx_counts.small_rounds += 1;
-                    SmallRound::Done
-                } else {
-                    SmallRound::General { read: !drained }
-                }
+                return Ok((rx_buf, n));
             }
             Err(Errno::EAGAIN) => {
                 sh.wait_set.tcp_drained(mark);
@@ -2352,10 +2473,8 @@ impl ConnState {
                 SmallRound::General { read: false }
             }
         };
-        if !rx_buf.is_empty() {
-            sh.engine.rx_buf_put(rx_buf);
-        }
-        round
+        sh.engine.rx_buf_put(rx_buf);
+        Err(round)
     }
 
     /// Whether stream data for the reader waits in the TCP socket, a whole FPDU's worth at

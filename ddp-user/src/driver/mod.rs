@@ -930,6 +930,35 @@ impl Shared {
         }
         let mut mem = SessionMem::new(&self.engine.registry, sink);
         mem.overflow = st.backlog.take_spare();
+        self.progress_in(st, mem, read_input, rearm);
+    }
+
+    /// A round for a thread waiting for completions ([`socket::DdpSocket::wait_cq`]):
+    /// [`Shared::progress`], with receives into posted receives in one step where
+    /// [`ConnState::posted_round`] applies (the general round then runs only for what it
+    /// leaves).
+    pub(crate) fn progress_posted(&self, st: &mut ConnState, read_input: bool) {
+        if read_input && !st.finalized && !st.is_connecting() {
+            let mut mem = SessionMem::new(&self.engine.registry, None);
+            match st.posted_round(self, &mut mem) {
+                SmallRound::Done => {}
+                SmallRound::General { read } => self.progress_in(st, mem, read, true),
+            }
+            return;
+        }
+        self.progress(st, None, read_input);
+    }
+
+    /// The rest of [`Shared::progress_as`] in the session `mem` (input already fed into it
+    /// stays there): the input, output, events, shutdowns, the close check and the epoll
+    /// interest.
+    fn progress_in(
+        &self,
+        st: &mut ConnState,
+        mut mem: SessionMem<'_, '_, '_>,
+        read_input: bool,
+        rearm: bool,
+    ) {
         mem.recycle_refs(core::mem::take(&mut st.spare_refs));
         if matches!(st.phase, Phase::Open) {
             // Bytes that came with the MPA exchange (the peer's first FPDUs, already out of

@@ -1463,7 +1463,7 @@ impl DdpSocket {
             let round = read_input || st.has_tail() || st.has_pending_input() || st.is_connecting();
             if round {
                 st.defer_wc = true;
-                sh.progress(st, None, read_input);
+                sh.progress_posted(st, read_input);
                 st.defer_wc = false;
             }
             read_input = true;
