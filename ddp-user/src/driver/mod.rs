@@ -830,6 +830,12 @@ impl Shared {
     /// not pay an eventfd read per completion and a write per next one. Readiness of the
     /// eventfd may thus be spurious (never missing) for raw waits, ≤ [`LAZY_REARM`].
     pub(crate) fn poll_cq(&self, out: &mut [Wc], keep_stale: bool) -> usize {
+        self.poll_cq_noting(out, keep_stale).0
+    }
+
+    /// [`Shared::poll_cq`], and whether the eventfd's signal stays on the emptied queue
+    /// after it ([`Shared::stale_signal`], under the same lock).
+    pub(crate) fn poll_cq_noting(&self, out: &mut [Wc], keep_stale: bool) -> (usize, bool) {
         let mut cq = lock(&self.cq);
         let n = if out.is_empty() {
             0
@@ -843,7 +849,7 @@ impl Shared {
         } else if !cq.signaled && (cq.exported || cq.waiters > 0) {
             cq.signal();
         }
-        n
+        (n, cq.signaled && cq.q.is_empty())
     }
 
     /// The application is given the eventfd (`ddp_event_fd`; made now if it was not): from

@@ -1231,7 +1231,16 @@ impl DdpSocket {
     }
 
     /// Puts out work requests left queued by `DDP_MORE` posts (if any).
+    #[inline]
     fn flush_deferred(&self) {
+        // (a load first, inline: the swap, a locked instruction, only when a batch waits)
+        if self.sh().tx_deferred.load(Ordering::Acquire) {
+            self.flush_deferred_now();
+        }
+    }
+
+    #[cold]
+    fn flush_deferred_now(&self) {
         let sh = self.sh();
         if sh.tx_deferred.swap(false, Ordering::AcqRel) {
             let mut st = sh.lock();
@@ -1440,9 +1449,9 @@ impl DdpSocket {
         // A signal left on the emptied queue (Shared::poll_cq) stays while this thread comes
         // back for the next completion soon; it is noted for release_lazy and the progress
         // thread's timer, and drained before this thread blocks.
-        let n = sh.poll_cq(out, true);
+        let (n, stale) = sh.poll_cq_noting(out, true);
         if n > 0 || out.is_empty() {
-            if n > 0 && sh.stale_signal() {
+            if n > 0 && stale {
                 sh.note_hold(&mut sh.lock());
             }
             return Ok(n);
@@ -1468,9 +1477,9 @@ impl DdpSocket {
             }
             read_input = true;
             if round || ended(g.st()) {
-                let n = sh.poll_cq(out, true);
+                let (n, stale) = sh.poll_cq_noting(out, true);
                 if n > 0 {
-                    if sh.stale_signal() {
+                    if stale {
                         sh.note_hold(g.st());
                     }
                     return Ok(n);
