@@ -796,7 +796,7 @@ pub(crate) struct RxCounts {
     pub(crate) chained: u64,
     /// Chained reads whose guess was wrong somewhere (what followed was copied back out).
     pub(crate) chain_misses: u64,
-    /// Poll rounds done whole by [`ConnState::small_round`].
+    /// Rounds done whole by [`ConnState::small_round`] and [`ConnState::posted_round`].
     pub(crate) small_rounds: u64,
 }
 

@@ -74,8 +74,9 @@ pub struct Counters {
     /// Such reads whose guess of the FPDUs to come was wrong: the bytes after the wrong
     /// guess were copied back out and taken as buffered input.
     pub rx_chain_misses: u64,
-    /// Poll rounds that took their input whole in one step (small stream messages; see
-    /// `ConnState::small_round`).
+    /// Receive rounds that took their input whole in one step: a poll's small stream
+    /// messages (`ConnState::small_round`), a completion wait's Sends into posted receives
+    /// (`ConnState::posted_round`).
     pub rx_small_rounds: u64,
 }
 
