@@ -637,6 +637,66 @@ enum SmallEnd {
     Fin,
 }
 
+/// The [`SmallEnd`] cases of `$run(role, end)`: each a test module `$name` in both roles (as
+/// [`both_roles`]).
+macro_rules! small_end_cases {
+    ($run:ident: $($name:ident => $end:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                use super::*;
+                fn case(role: Role) {
+                    $run(role, SmallEnd::$end);
+                }
+                #[test]
+                fn victim_listener() {
+                    bounded(60, || case(Role::Listener));
+                }
+                #[test]
+                fn victim_connector() {
+                    bounded(60, || case(Role::Connector));
+                }
+            }
+        )+
+    };
+}
+
+/// The write of a [`SmallEnd`] case: a Send of each of `bodies` (the third one cut, with a
+/// bad CRC, or left out as `end` says), then an RDMA Write to an STag no region has if it
+/// says so; and the octets of the cut Send that come later.
+fn small_sends_wire(h: &mut Hostile, bodies: &[Vec<u8>], end: SmallEnd) -> (Vec<u8>, Vec<u8>) {
+    let mut wire = Vec::new();
+    let mut late = Vec::new();
+    for (k, body) in bodies.iter().enumerate() {
+        if k == 2 && matches!(end, SmallEnd::Write | SmallEnd::Fin) {
+            break;
+        }
+        let msn = h.send_msn;
+        h.send_msn += 1;
+        let hb = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, true));
+        let mut f = h.frame(&[&hb, body]);
+        if k == 2 && end == SmallEnd::Split {
+            late = f.split_off(5);
+        }
+        if k == 2 && end == SmallEnd::BadCrc {
+            let n = f.len();
+            f[n - 1] ^= 0x01;
+        }
+        wire.extend_from_slice(&f);
+    }
+    if end == SmallEnd::Write {
+        let stag = STag::from_parts(0x00ab_cd00, 0x5a);
+        let hb = emit(&RdmapHeader::new(
+            RdmapMessage::Write {
+                sink_stag: stag,
+                sink_to: 0x1000,
+            },
+            true,
+        ));
+        wire.extend_from_slice(&h.frame(&[&hb, &[7; 64]]));
+    }
+    (wire, late)
+}
+
 /// Small stream messages as a request-response exchange brings them: a poll round takes the
 /// FPDUs that are whole plain Sends in one step (`ConnState::small_round`) and leaves what
 /// follows them in the same read to the general round. Every byte of the good Sends arrives
@@ -667,36 +727,7 @@ fn poll_round_small_sends(role: Role, end: SmallEnd) {
         let bodies: Vec<Vec<u8>> = (0..3)
             .map(|k| pattern(1 + (r * 37 + k * 91) % 200, (r * 3 + k) as u64))
             .collect();
-        let mut wire = Vec::new();
-        let mut late = Vec::new();
-        for (k, body) in bodies.iter().enumerate() {
-            if k == 2 && matches!(end, SmallEnd::Write | SmallEnd::Fin) {
-                break;
-            }
-            let msn = h.send_msn;
-            h.send_msn += 1;
-            let hb = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, true));
-            let mut f = h.frame(&[&hb, body]);
-            if k == 2 && end == SmallEnd::Split {
-                late = f.split_off(5);
-            }
-            if k == 2 && end == SmallEnd::BadCrc {
-                let n = f.len();
-                f[n - 1] ^= 0x01;
-            }
-            wire.extend_from_slice(&f);
-        }
-        if end == SmallEnd::Write {
-            let stag = STag::from_parts(0x00ab_cd00, 0x5a);
-            let hb = emit(&RdmapHeader::new(
-                RdmapMessage::Write {
-                    sink_stag: stag,
-                    sink_to: 0x1000,
-                },
-                true,
-            ));
-            wire.extend_from_slice(&h.frame(&[&hb, &[7; 64]]));
-        }
+        let (wire, late) = small_sends_wire(&mut h, &bodies, end);
         // (the wait first: the input is this thread's, not the progress thread's)
         let pw = v.poll_wait().expect("open connection: a poll wait");
         h.s.write_all(&wire).unwrap();
@@ -739,29 +770,13 @@ fn poll_round_small_sends(role: Role, end: SmallEnd) {
     drop(v);
     bench.finish();
 }
-fn small_sends_whole(r: Role) {
-    poll_round_small_sends(r, SmallEnd::Nothing);
-}
-fn small_sends_split(r: Role) {
-    poll_round_small_sends(r, SmallEnd::Split);
-}
-fn small_sends_then_a_write(r: Role) {
-    poll_round_small_sends(r, SmallEnd::Write);
-}
-fn small_sends_bad_crc(r: Role) {
-    poll_round_small_sends(r, SmallEnd::BadCrc);
-}
-fn small_sends_fin(r: Role) {
-    poll_round_small_sends(r, SmallEnd::Fin);
-}
-both_roles!(poll_round_small_sends_whole, super::small_sends_whole);
-both_roles!(poll_round_small_sends_split, super::small_sends_split);
-both_roles!(
-    poll_round_small_sends_then_a_write,
-    super::small_sends_then_a_write
+small_end_cases!(poll_round_small_sends:
+    poll_round_small_sends_whole => Nothing,
+    poll_round_small_sends_split => Split,
+    poll_round_small_sends_then_a_write => Write,
+    poll_round_small_sends_bad_crc => BadCrc,
+    poll_round_small_sends_fin => Fin,
 );
-both_roles!(poll_round_small_sends_bad_crc, super::small_sends_bad_crc);
-both_roles!(poll_round_small_sends_fin, super::small_sends_fin);
 
 /// Small Sends into posted receives as a request-response exchange brings them: a thread
 /// waiting for completions takes a read of whole Sends into the receives in one step
@@ -797,36 +812,7 @@ fn posted_round_small_sends(role: Role, end: SmallEnd) {
             // SAFETY: every buffer outlives the completion taken below.
             unsafe { v.post_recv(k as u64, &[b.g.iov(0..BUF)]) }.unwrap();
         }
-        let mut wire = Vec::new();
-        let mut late = Vec::new();
-        for (k, body) in bodies.iter().enumerate() {
-            if k == 2 && matches!(end, SmallEnd::Write | SmallEnd::Fin) {
-                break;
-            }
-            let msn = h.send_msn;
-            h.send_msn += 1;
-            let hb = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, true));
-            let mut f = h.frame(&[&hb, body]);
-            if k == 2 && end == SmallEnd::Split {
-                late = f.split_off(5);
-            }
-            if k == 2 && end == SmallEnd::BadCrc {
-                let n = f.len();
-                f[n - 1] ^= 0x01;
-            }
-            wire.extend_from_slice(&f);
-        }
-        if end == SmallEnd::Write {
-            let stag = STag::from_parts(0x00ab_cd00, 0x5a);
-            let hb = emit(&RdmapHeader::new(
-                RdmapMessage::Write {
-                    sink_stag: stag,
-                    sink_to: 0x1000,
-                },
-                true,
-            ));
-            wire.extend_from_slice(&h.frame(&[&hb, &[7; 64]]));
-        }
+        let (wire, late) = small_sends_wire(&mut h, &bodies, end);
         assert!(
             wire.len() < 256,
             "one read between messages takes the round"
@@ -906,32 +892,13 @@ fn posted_round_small_sends(role: Role, end: SmallEnd) {
     drop(v);
     bench.finish();
 }
-fn posted_sends_whole(r: Role) {
-    posted_round_small_sends(r, SmallEnd::Nothing);
-}
-fn posted_sends_split(r: Role) {
-    posted_round_small_sends(r, SmallEnd::Split);
-}
-fn posted_sends_then_a_write(r: Role) {
-    posted_round_small_sends(r, SmallEnd::Write);
-}
-fn posted_sends_bad_crc(r: Role) {
-    posted_round_small_sends(r, SmallEnd::BadCrc);
-}
-fn posted_sends_fin(r: Role) {
-    posted_round_small_sends(r, SmallEnd::Fin);
-}
-both_roles!(posted_round_small_sends_whole, super::posted_sends_whole);
-both_roles!(posted_round_small_sends_split, super::posted_sends_split);
-both_roles!(
-    posted_round_small_sends_then_a_write,
-    super::posted_sends_then_a_write
+small_end_cases!(posted_round_small_sends:
+    posted_round_small_sends_whole => Nothing,
+    posted_round_small_sends_split => Split,
+    posted_round_small_sends_then_a_write => Write,
+    posted_round_small_sends_bad_crc => BadCrc,
+    posted_round_small_sends_fin => Fin,
 );
-both_roles!(
-    posted_round_small_sends_bad_crc,
-    super::posted_sends_bad_crc
-);
-both_roles!(posted_round_small_sends_fin, super::posted_sends_fin);
 
 // ---- RDMA Read Request (source checks are RDMAP remote protection errors)
 
