@@ -660,6 +660,22 @@ macro_rules! small_end_cases {
     };
 }
 
+impl SmallEnd {
+    /// Rounds of three Sends the case runs: 20 of good ones, else one with its end.
+    fn rounds(self) -> usize {
+        if self == SmallEnd::Nothing { 20 } else { 1 }
+    }
+
+    /// Good Sends per round.
+    fn good(self) -> usize {
+        if matches!(self, SmallEnd::Nothing | SmallEnd::Split) {
+            3
+        } else {
+            2
+        }
+    }
+}
+
 /// The write of a [`SmallEnd`] case: a Send of each of `bodies` (the third one cut, with a
 /// bad CRC, or left out as `end` says), then an RDMA Write to an STag no region has if it
 /// says so; and the octets of the cut Send that come later.
@@ -705,12 +721,7 @@ fn small_sends_wire(h: &mut Hostile, bodies: &[Vec<u8>], end: SmallEnd) -> (Vec<
 fn poll_round_small_sends(role: Role, end: SmallEnd) {
     let bench = Bench::default(role);
     let (mut h, v) = bench.establish();
-    let rounds = if end == SmallEnd::Nothing { 20 } else { 1 };
-    let good = if matches!(end, SmallEnd::Nothing | SmallEnd::Split) {
-        3
-    } else {
-        2
-    };
+    let (rounds, good) = (end.rounds(), end.good());
     let before = v.counters().unwrap().rx_small_rounds;
     let reader = |want: &[u8]| {
         let mut got = vec![0u8; want.len()];
@@ -784,19 +795,14 @@ small_end_cases!(poll_round_small_sends:
 /// Send lands in its receive, whole and with nothing written past it, its completion in
 /// order, and the end is the one the peer caused: the LLP CRC Terminate, the invalid STag
 /// Terminate, or an EOF (the receives left flushed; the one a bad Send was placed into
-/// failed). Rounds whose read ended with the
-/// socket drained and nothing but receive completions count as one step, a split Send's
-/// first part included (its rest comes to the general round).
+/// failed). Rounds whose read ended with the socket drained and nothing but receive
+/// completions count as one step, a split Send's first part included (its rest comes to the
+/// general round).
 fn posted_round_small_sends(role: Role, end: SmallEnd) {
     const BUF: usize = 128;
     let bench = Bench::default(role);
     let (mut h, v) = bench.establish();
-    let rounds = if end == SmallEnd::Nothing { 20 } else { 1 };
-    let good = if matches!(end, SmallEnd::Nothing | SmallEnd::Split) {
-        3
-    } else {
-        2
-    };
+    let (rounds, good) = (end.rounds(), end.good());
     let before = v.counters().unwrap().rx_small_rounds;
     for r in 0..rounds {
         // (three of them in one read of 256 octets, the first read between messages)
