@@ -2355,7 +2355,8 @@ impl ConnState {
         sh: &Shared,
         mem: &mut SessionMem<'_, '_, '_>,
     ) -> SmallRound {
-        if self.stream_mode || !self.quiet_but_input(sh) || mem.has_sink() {
+        // (a hold for a stream reader is `settle`'s to end: not here)
+        if self.stream_mode || self.hold || !self.quiet_but_input(sh) || mem.has_sink() {
             return SmallRound::General { read: true };
         }
         let Some(conn) = self.conn.as_mut() else {
