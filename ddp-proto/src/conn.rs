@@ -763,10 +763,15 @@ impl Connection {
     /// Posts a receive buffer (message mode; in stream mode it takes precedence over the
     /// stream for the next Send).
     pub fn post_recv(&mut self, wr_id: u64, sges: &[Sge]) -> Result<(), PostError> {
+        self.post_recv_list(wr_id, SgeList::from_slice(sges))
+    }
+
+    /// [`Connection::post_recv`] of an SGE list the caller built (kept as it is).
+    pub fn post_recv_list(&mut self, wr_id: u64, sges: SgeList) -> Result<(), PostError> {
         if matches!(self.state, State::Error | State::Closed) {
             return Err(PostError::NotOpen);
         }
-        self.send_rx.post(wr_id, sges);
+        self.send_rx.post_list(wr_id, sges);
         Ok(())
     }
 

@@ -199,11 +199,13 @@ impl SendRx {
 
     /// Posts a receive.
     pub fn post(&mut self, wr_id: u64, sges: &[Sge]) {
-        self.posted.push_back(PostedRecv {
-            wr_id,
-            sges: SgeList::from_slice(sges),
-            len: sge_total(sges),
-        });
+        self.post_list(wr_id, SgeList::from_slice(sges));
+    }
+
+    /// [`SendRx::post`] of a list the caller built (no copy of it).
+    pub fn post_list(&mut self, wr_id: u64, sges: SgeList) {
+        let len = sge_total(&sges);
+        self.posted.push_back(PostedRecv { wr_id, sges, len });
     }
 
     /// What a Send that finds no posted receive does.

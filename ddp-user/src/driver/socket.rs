@@ -455,6 +455,15 @@ fn sges(iov: &[libc::iovec]) -> Result<SgeList, Errno> {
     })
 }
 
+/// The total of `iov` if it is a small Send's: 1 ..= [`SMALL_SEND_MAX`] octets.
+fn small_total(iov: &[libc::iovec]) -> Option<usize> {
+    let mut total = 0usize;
+    for v in iov {
+        total = total.checked_add(v.iov_len)?;
+    }
+    (1..=SMALL_SEND_MAX).contains(&total).then_some(total)
+}
+
 fn reg_errno(e: RegError) -> Errno {
     match e {
         RegError::Invalid | RegError::NoSuchStag => Errno::EINVAL,
@@ -1272,7 +1281,7 @@ impl DdpSocket {
         }
         st.end_lowat(sh);
         let conn = st.conn.as_mut().expect("open");
-        if let Err(e) = conn.post_recv(wr_id, &sges) {
+        if let Err(e) = conn.post_recv_list(wr_id, sges) {
             return Err(post_errno(&st, e));
         }
         conn.set_recv_mode(ddp_proto::conn::RecvMode::Posted);
@@ -1300,54 +1309,63 @@ impl DdpSocket {
         iov: &[libc::iovec],
         flags: u32,
     ) -> Result<(), Errno> {
-        let s = sges(iov)?;
-        let len = ddp_proto::ddp::sge_total(&s);
         let fl = SendFlags {
             signaled: true,
             solicited: flags & SOLICITED != 0,
         };
+        // (the small fast path straight from the iovecs: no SGE list to build for it)
         if flags & !(SIGNALED | SOLICITED) == 0
-            && (1..=SMALL_SEND_MAX as u64).contains(&len)
+            && iov.len() <= MAX_SGE
+            && let Some(len) = small_total(iov)
             // SAFETY: the caller's contract (readable until the completion) covers the read.
             && unsafe {
                 let app = SendFlags {
                     signaled: flags & SIGNALED != 0,
                     ..fl
                 };
-                self.post_send_small(wr_id, &s, len as usize, app)
+                self.post_send_small(wr_id, iov, len, app)
             }
         {
             return Ok(());
         }
+        let s = sges(iov)?;
+        let len = ddp_proto::ddp::sge_total(&s);
         self.post(wr_id, flags, SIGNALED | SOLICITED | MORE, len, |c| {
             c.post_send(wr_id, &s, fl)
         })
     }
 
     /// `post_send`'s fast path for a small Send on an open socket with nothing queued
-    /// ([`ConnState::post_send_small_now`]): the payload is framed (copied) from the SGEs and
-    /// written at once. False (nothing done) when it does not apply.
+    /// ([`ConnState::post_send_small_now`]): the payload is framed (copied) from the
+    /// iovecs and written at once. False (nothing done) when it does not apply.
     ///
     /// # Safety
     ///
-    /// As [`DdpSocket::post_send`]; `len` is the SGEs' total, at most [`SMALL_SEND_MAX`];
-    /// `fl` as the application asked (`signaled` included).
-    unsafe fn post_send_small(&self, wr_id: u64, s: &[Sge], len: usize, fl: SendFlags) -> bool {
+    /// As [`DdpSocket::post_send`]; `len` is the iovecs' total, 1 ..= [`SMALL_SEND_MAX`],
+    /// and there are at most [`MAX_SGE`] of them; `fl` as the application asked (`signaled`
+    /// included).
+    unsafe fn post_send_small(
+        &self,
+        wr_id: u64,
+        iov: &[libc::iovec],
+        len: usize,
+        fl: SendFlags,
+    ) -> bool {
         let sh = self.sh();
         // (buffers the general path would refuse mid-message go there: it reports them)
-        if sh.in_child() || !s.iter().all(|g| plausible(g.addr, g.len as usize)) {
+        if sh.in_child() || !iov.iter().all(|v| plausible(v.iov_base as u64, v.iov_len)) {
             return false;
         }
         let mut parts: [&[u8]; MAX_SGE] = [&[]; MAX_SGE];
-        for (p, g) in parts.iter_mut().zip(s) {
+        for (p, v) in parts.iter_mut().zip(iov) {
             // SAFETY: a plausible range the caller lent us for reading (this function's
             // contract).
-            *p = unsafe { core::slice::from_raw_parts(g.addr as *const u8, g.len as usize) };
+            *p = unsafe { core::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
         }
         debug_assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), len);
         let mut st = sh.lock();
         matches!(st.phase, Phase::Open)
-            && st.post_send_small_now(sh, wr_id, &parts[..s.len()], len, fl)
+            && st.post_send_small_now(sh, wr_id, &parts[..iov.len()], len, fl)
     }
 
     /// Posts a Send with Invalidate of the peer's `inv_stag`.
