@@ -1277,6 +1277,32 @@ fn completion_waits_for_on_written() {
     assert!(matches!(p.a.conn.poll_event(), Some(Event::Completion(c)) if c.wr_id == 1));
 }
 
+/// `poll_event_if` takes the next event only when its test says so, and leaves it next
+/// otherwise: two Sends' completions, taken one by one only as completions.
+#[test]
+fn poll_event_if_takes_only_what_it_is_asked_for() {
+    let mut p = Pair::new(Opts::default());
+    for id in [1, 2] {
+        p.a.conn
+            .post_send(id, &[Sge::new(BASE, 8)], flags())
+            .unwrap();
+    }
+    while let Some(t) = p.a.conn.poll_transmit(&p.a.mem) {
+        p.a.conn.on_written(t.len() as u64);
+    }
+    let recv = |e: &Event| matches!(e, Event::RecvCompletion(_));
+    let send = |e: &Event| matches!(e, Event::Completion(_));
+    assert!(
+        p.a.conn.poll_event_if(recv).is_none(),
+        "a send completion is next"
+    );
+    assert!(matches!(p.a.conn.poll_event_if(send), Some(Event::Completion(c)) if c.wr_id == 1));
+    assert!(p.a.conn.poll_event_if(recv).is_none());
+    assert!(matches!(p.a.conn.poll_event(), Some(Event::Completion(c)) if c.wr_id == 2));
+    assert!(p.a.conn.poll_event_if(send).is_none(), "no event left");
+    assert!(!p.a.conn.has_events());
+}
+
 /// Frames and "writes" everything `s` has to send, checking `unsent_len` at every step: framing
 /// moves bytes from the queue to the framed part without changing the total, every written
 /// byte takes exactly one off it, and it is 0 exactly when `poll_transmit` has nothing more.
