@@ -384,6 +384,19 @@ fn expect_bad_stag_end(h: &mut Hostile, v: &DdpSocket) {
     );
 }
 
+/// Fills `buf` from the stream with blocking `recv`s (at most 10,000 of them; a panic
+/// says how far it got).
+fn recv_exactly(v: &DdpSocket, buf: &mut [u8]) {
+    let mut n = 0;
+    for _ in 0..10_000 {
+        if n == buf.len() {
+            return;
+        }
+        n += v.recv(&mut [IoSliceMut::new(&mut buf[n..])], 0).unwrap();
+    }
+    assert_eq!(n, buf.len(), "{n} of {} octets", buf.len());
+}
+
 /// Waits (5 s, scaled) until `fd` is readable; `what` names what should arrive.
 fn wait_readable(fd: i32, what: &str) {
     let mut p = libc::pollfd {
@@ -518,13 +531,7 @@ fn poll_round_non_stream_header(role: Role) {
     }
     h.s.write_all(&wire).unwrap();
     let mut got = vec![0u8; data.len()];
-    let mut n = 0;
-    for _ in 0..10_000 {
-        if n == got.len() {
-            break;
-        }
-        n += v.recv(&mut [IoSliceMut::new(&mut got[n..])], 0).unwrap();
-    }
+    recv_exactly(&v, &mut got);
     assert!(got == data, "stream content differs");
     // Then a tagged FPDU, seen first by a poll round: the wait takes the input from the
     // progress thread before the FPDU is sent (taken after, it raced the progress thread,
@@ -563,16 +570,6 @@ fn poll_round_split_header(role: Role) {
         let second = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo }, true));
         (big, h.frame(&[&second, &body[SPLIT..]]))
     };
-    let recv_exactly = |buf: &mut [u8]| {
-        let mut n = 0;
-        for _ in 0..10_000 {
-            if n == buf.len() {
-                return;
-            }
-            n += v.recv(&mut [IoSliceMut::new(&mut buf[n..])], 0).unwrap();
-        }
-        panic!("{n} of {} octets", buf.len());
-    };
     let inq = |fd: i32| {
         let mut n: libc::c_int = 0;
         // SAFETY: FIONREAD writes one int.
@@ -585,7 +582,7 @@ fn poll_round_split_header(role: Role) {
         let (big, small) = message(&mut h, &body);
         h.s.write_all(&[big, small].concat()).unwrap();
         let mut got = vec![0u8; MSG];
-        recv_exactly(&mut got);
+        recv_exactly(&v, &mut got);
         assert!(got == body, "stream content differs (message {seed})");
     }
     // (the small FPDU's ULPDU_LENGTH is 2 octets, its untagged header 18)
@@ -594,7 +591,7 @@ fn poll_round_split_header(role: Role) {
         let (big, small) = message(&mut h, &body);
         h.s.write_all(&[&big[..], &small[..k]].concat()).unwrap();
         let mut got = vec![0u8; MSG];
-        recv_exactly(&mut got[..SPLIT]);
+        recv_exactly(&v, &mut got[..SPLIT]);
         assert_eq!(
             inq(v.tcp_fd()),
             0,
@@ -611,7 +608,7 @@ fn poll_round_split_header(role: Role) {
             "split {k}: payload left in the kernel"
         );
         drop(pw);
-        recv_exactly(&mut got[SPLIT..]);
+        recv_exactly(&v, &mut got[SPLIT..]);
         assert!(got == body, "split {k}: stream content differs");
     }
     drop(v);
@@ -725,13 +722,7 @@ fn poll_round_small_sends(role: Role, end: SmallEnd) {
     let before = v.counters().unwrap().rx_small_rounds;
     let reader = |want: &[u8]| {
         let mut got = vec![0u8; want.len()];
-        let mut n = 0;
-        for _ in 0..10_000 {
-            if n == got.len() {
-                break;
-            }
-            n += v.recv(&mut [IoSliceMut::new(&mut got[n..])], 0).unwrap();
-        }
+        recv_exactly(&v, &mut got);
         assert!(got == want, "{end:?}: stream content differs");
     };
     for r in 0..rounds {
