@@ -229,6 +229,15 @@ uint64_t xs_deadline(int timeout_ms)
 	return xs_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 }
 
+int xs_retry_ms(uint64_t *deadline_ns, int timeout_ms)
+{
+	if (*deadline_ns == 0) {
+		*deadline_ns = xs_deadline(timeout_ms);
+		return timeout_ms;
+	}
+	return xs_ms_left(*deadline_ns);
+}
+
 int xs_ms_left(uint64_t deadline_ns)
 {
 	uint64_t now = xs_now_ns();
@@ -543,10 +552,13 @@ int xs_print_conn_info(int fd, const char *who)
 
 static int wait_fd(int fd, short ev, int timeout_ms)
 {
-	uint64_t dl = xs_deadline(timeout_ms);
+	/* The clock is read only when a wait is repeated (xs_retry_ms): a round trip's waits
+	 * read none. */
+	uint64_t dl = 0;
+	int ms = timeout_ms;
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = ev };
-		int r = poll(&p, 1, xs_ms_left(dl));
+		int r = poll(&p, 1, ms);
 		if (r > 0)
 			return 0;
 		if (r == 0) {
@@ -555,6 +567,7 @@ static int wait_fd(int fd, short ev, int timeout_ms)
 		}
 		if (errno != EINTR)
 			return -1;
+		ms = xs_retry_ms(&dl, timeout_ms);
 	}
 }
 
@@ -606,23 +619,30 @@ void xs_cq_init(struct xs_cq *cq, int fd)
 	cq->head = cq->count = 0;
 }
 
-/* Pull completions from the library into the stash; waits up to timeout_ms for one. */
+/* Pull completions from the library into the stash; waits up to timeout_ms for one.
+ * ddp_wait writes them into the stash itself, and the clock is read only if the wait is
+ * interrupted (xs_retry_ms). */
 static int cq_pull(struct xs_cq *cq, int timeout_ms)
 {
 	if (cq->count == XS_CQ_STASH)
 		return 0;
-	struct ddp_wc tmp[64];
-	int room = XS_CQ_STASH - cq->count;
-	int max = room < 64 ? room : 64;
-	uint64_t dl = xs_deadline(timeout_ms);
+	if (cq->count == 0)
+		cq->head = 0;
+	int tail = (cq->head + cq->count) % XS_CQ_STASH;
+	int max = tail < cq->head ? cq->head - tail : XS_CQ_STASH - tail; /* (room in one piece) */
+	if (max > 64)
+		max = 64;
+	uint64_t dl = 0;
+	int ms = timeout_ms;
 	for (;;) {
-		int n = ddp_wait(cq->fd, tmp, max, xs_ms_left(dl));
-		if (n < 0 && errno == EINTR)
+		int n = ddp_wait(cq->fd, &cq->wc[tail], max, ms);
+		if (n < 0 && errno == EINTR) {
+			ms = xs_retry_ms(&dl, timeout_ms);
 			continue;
+		}
 		if (n < 0)
 			return -1;
-		for (int i = 0; i < n; i++)
-			cq->wc[(cq->head + cq->count++) % XS_CQ_STASH] = tmp[i];
+		cq->count += n;
 		return n;
 	}
 }
@@ -675,7 +695,7 @@ void xs_wc_describe(const struct ddp_wc *wc, char *buf, size_t len)
 
 #define POST_RETRY(call)                                                                      \
 	do {                                                                                  \
-		uint64_t dl_ = xs_deadline(xs_timeout_ms);                                    \
+		uint64_t dl_ = 0; /* (the clock only once the queue was full) */               \
 		for (;;) {                                                                    \
 			if ((call) == 0)                                                      \
 				return 0;                                                     \
@@ -683,7 +703,7 @@ void xs_wc_describe(const struct ddp_wc *wc, char *buf, size_t len)
 				continue;                                                     \
 			if (errno != EAGAIN)                                                  \
 				return -1;                                                    \
-			int ms_ = xs_ms_left(dl_);                                            \
+			int ms_ = xs_retry_ms(&dl_, xs_timeout_ms);                           \
 			if (ms_ == 0 || cq->count == XS_CQ_STASH) {                           \
 				errno = ETIMEDOUT;                                            \
 				return -1;                                                    \

@@ -68,6 +68,11 @@ const char *xs_fmt_size(uint64_t n, char buf[32]);
 uint64_t xs_now_ns(void);
 /* Milliseconds left until deadline_ns (>= 0). */
 int xs_ms_left(uint64_t deadline_ns);
+/* For a wait about to be repeated (EINTR, a full queue): the first call sets *deadline_ns
+ * (0 before) timeout_ms from now and returns timeout_ms, later calls the ms left. The first
+ * wait reads no clock (clock_gettime is 16 ns here, several waits per round trip), so the
+ * bound counts from the first repeat. */
+int xs_retry_ms(uint64_t *deadline_ns, int timeout_ms);
 uint64_t xs_deadline(int timeout_ms);
 
 /* ---- content patterns ------------------------------------------------------------------
