@@ -836,3 +836,62 @@ fn input_after_a_request_response_loop_reaches_the_app_fd() {
         assert_eq!(got, last);
     });
 }
+
+/// `wait_cq`'s timeout. With nothing arriving it returns 0 once the timeout has passed (the
+/// kernel's wait timed out: no second wait on the coarse deadline's margin). Woken meanwhile
+/// by messages that complete nothing (zero-length Sends into a socket that has posted no
+/// receive: they feed its byte stream with nothing), it goes on with the time left and still
+/// ends on time: the first of them comes late in the wait (200 ms of 300), so a wait that took
+/// its whole timeout again would overrun by 200 ms.
+#[test]
+fn wait_cq_ends_on_time_idle_and_through_wakeups() {
+    bounded(60, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        let s = time_scale();
+        let mut wc = [Wc::default(); 4];
+        let ms = move |n: u64| Duration::from_millis(n * s);
+        let t0 = std::time::Instant::now();
+        assert_eq!(b.wait_cq(&mut wc, Some(ms(150))).expect("wait_cq"), 0);
+        let idle = t0.elapsed();
+        assert!(
+            idle >= ms(150) && idle < ms(250),
+            "an idle wait_cq(150 ms) returned after {idle:?}"
+        );
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let empties = std::thread::spawn(move || {
+            let mut posted = 0u64;
+            std::thread::sleep(ms(200)); // (pacing: the first one late in the peer's wait)
+            while !stop2.load(std::sync::atomic::Ordering::Acquire) && posted < 2000 {
+                // SAFETY: no bytes to read.
+                unsafe { a.post_send(posted, &[iov(&[])], SIGNALED) }.expect("post_send");
+                assert_eq!(wait_one(&a).status, status::SUCCESS);
+                posted += 1;
+                std::thread::sleep(Duration::from_millis(2)); // (pacing: one every 2 ms)
+            }
+            (a, posted)
+        });
+        let t0 = std::time::Instant::now();
+        let n = b.wait_cq(&mut wc, Some(ms(300))).expect("wait_cq");
+        let took = t0.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        let (a, posted) = empties.join().expect("sender of empty messages");
+        assert_eq!(
+            n, 0,
+            "only zero-length Sends arrived, but wait_cq found {n} completions"
+        );
+        assert!(
+            posted >= 5,
+            "only {posted} zero-length Sends went out during the wait"
+        );
+        assert!(
+            took >= ms(300) && took < ms(420),
+            "wait_cq(300 ms) woken by {posted} empty messages returned after {took:?}"
+        );
+        // The stream goes on intact.
+        let data = pattern(300, 11);
+        send_all(&a, &data);
+        assert_eq!(recv_exact(&b, data.len()), data);
+    });
+}

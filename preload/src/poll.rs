@@ -449,9 +449,11 @@ fn tcp_entry(w: &ddp_user::PollWait) -> pollfd {
 
 /// The time left of a `poll`'s timeout for each of its kernel waits: the first takes the
 /// timeout as given (the deadline is dated just before it), the others what is left then.
+/// The deadline is on the coarse clock (`ddp_user::sys::Deadline`: cheaper to read, the
+/// later waits end at most two ticks late); a kernel wait that times out ends the call.
 struct TimeLeft {
     timeout: Option<core::time::Duration>,
-    deadline: Option<std::time::Instant>,
+    deadline: Option<ddp_user::sys::Deadline>,
     first: bool,
 }
 
@@ -459,7 +461,7 @@ impl TimeLeft {
     fn new(timeout: Option<core::time::Duration>) -> TimeLeft {
         TimeLeft {
             timeout,
-            deadline: timeout.map(|t| std::time::Instant::now() + t),
+            deadline: timeout.map(ddp_user::sys::Deadline::after),
             first: true,
         }
     }
@@ -468,8 +470,7 @@ impl TimeLeft {
         if core::mem::take(&mut self.first) {
             self.timeout
         } else {
-            self.deadline
-                .map(|d| d.saturating_duration_since(std::time::Instant::now()))
+            self.deadline.map(ddp_user::sys::Deadline::left)
         }
     }
 }

@@ -1476,9 +1476,10 @@ impl DdpSocket {
             return Ok(n);
         }
         // The clock is read only when this thread is about to block (once per wait on the
-        // latency path, not three times): the timeout counts from there, a round of
-        // progress (microseconds) later than the call.
-        let mut deadline: Option<Instant> = None;
+        // latency path, not three times, and the coarse one: `sys::Deadline`): the timeout
+        // counts from there, a round of progress (microseconds) later than the call.
+        let mut deadline: Option<sys::Deadline> = None;
+        let mut timed_out = false;
         let mut g = Inline::enter(sh);
         // While the TCP fd is held lazily nothing was read since the last call: poll it
         // first rather than try a read that would (very likely) only say EAGAIN.
@@ -1511,12 +1512,13 @@ impl DdpSocket {
             let left = match (timeout, deadline) {
                 (None, _) => None,
                 (Some(t), None) => {
-                    deadline = Some(Instant::now() + t);
+                    deadline = Some(sys::Deadline::after(t));
                     Some(t)
                 }
-                (Some(_), Some(d)) => Some(d.saturating_duration_since(Instant::now())),
+                (Some(_), Some(d)) => Some(d.left()),
             };
-            if left.is_some_and(|l| l.is_zero()) {
+            // (a kernel wait that timed out waited out what was left: the time is up)
+            if timed_out || left.is_some_and(|l| l.is_zero()) {
                 sh.drain_stale_signal();
                 return Ok(0);
             }
@@ -1525,7 +1527,7 @@ impl DdpSocket {
             };
             let r = g.wait(Some((event_fd, libc::POLLIN)), left);
             sh.cq_wait_end();
-            r?;
+            timed_out = !r?;
         }
     }
 
