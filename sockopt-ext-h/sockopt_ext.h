@@ -198,7 +198,9 @@ struct ddp_wc {
 /* Takes up to max completions without blocking; returns how many (0 if none). */
 __attribute__((weak)) int ddp_poll(int fd, struct ddp_wc *wc, int max);
 /* Like ddp_poll, but waits up to timeout_ms (-1: no limit) for at least one completion;
- * returns 0 on timeout. EINTR if a signal arrived first. */
+ * returns 0 on timeout (as with poll, the wait may run over by a few milliseconds: up to two
+ * ticks of the kernel's coarse clock after a wake-up that brought no completion). EINTR if a
+ * signal arrived first. */
 __attribute__((weak)) int ddp_wait(int fd, struct ddp_wc *wc, int max, int timeout_ms);
 /* A file descriptor that is readable while completions are pending (works with poll, select
  * and epoll; it is owned by the socket: do not close it). The first call makes it: -1 with
