@@ -10,7 +10,7 @@ use core::num::NonZeroU64;
 
 use libc::c_int;
 
-use crate::ddp::entry::{self, Ref};
+use crate::ddp::entry::{self, CallRef};
 use crate::errno::Errno;
 use crate::fdtable::{self, Handle};
 
@@ -45,15 +45,15 @@ pub fn new_plain(fd: c_int) {
 
 /// The entry of a marked fd: `Ok(None)` for the tracked mark, `EBADF` if the entry was closed
 /// by another thread meanwhile.
-pub fn entry_of(h: Handle) -> Result<Option<Ref>, Errno> {
+pub fn entry_of(h: Handle) -> Result<Option<CallRef>, Errno> {
     if h == TRACKED {
         return Ok(None);
     }
-    Ref::from_handle(h).map(Some).ok_or(Errno(libc::EBADF))
+    CallRef::from_handle(h).map(Some).ok_or(Errno(libc::EBADF))
 }
 
 /// The connected DDP socket a marked fd refers to, if it is one.
-pub fn ddp_socket(h: Handle) -> Result<Option<Ref>, Errno> {
+pub fn ddp_socket(h: Handle) -> Result<Option<CallRef>, Errno> {
     Ok(entry_of(h)?.filter(|r| r.conn().is_some()))
 }
 

@@ -35,6 +35,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -2432,6 +2433,124 @@ static int c_msg_io(void)
 	return 0;
 }
 
+/* I/O from a signal handler on a second connection while this thread keeps calling on its
+ * first: SIGALRM every 200 us, the handler writes one byte of a counter on one end and reads
+ * what arrived on the other (both non-blocking). The handler's calls come between the main
+ * loop's calls and inside them (a call on the main connection holds this thread's cached
+ * entry; the handler's then takes a counted reference, or moves the cache to its own socket
+ * between calls). Both streams arrive whole and in order. */
+static int sig_io_w = -1, sig_io_r = -1;
+static volatile sig_atomic_t sig_io_runs, sig_io_bad;
+static volatile uint32_t sig_io_sent, sig_io_got;
+static void on_alrm_io(int sig)
+{
+	(void)sig;
+	int e = errno;
+	uint8_t b = (uint8_t)sig_io_sent;
+	if (send(sig_io_w, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1)
+		sig_io_sent++;
+	uint8_t in[64];
+	ssize_t r = recv(sig_io_r, in, sizeof in, MSG_DONTWAIT);
+	for (ssize_t i = 0; i < r; i++) {
+		if (in[i] != (uint8_t)sig_io_got)
+			sig_io_bad = 1;
+		sig_io_got++;
+	}
+	sig_io_runs++;
+	errno = e;
+}
+
+static int c_signal_io(void)
+{
+	int c, s, c2, s2;
+	TRY(mkpair(&c, &s));
+	TRY(mkpair(&c2, &s2));
+	sig_io_w = c2;
+	sig_io_r = s2;
+	sig_io_runs = sig_io_bad = 0;
+	sig_io_sent = sig_io_got = 0;
+	struct sigaction sa = { .sa_handler = on_alrm_io, .sa_flags = SA_RESTART }, old;
+	sigemptyset(&sa.sa_mask);
+	REQE(sigaction(SIGALRM, &sa, &old) == 0, "sigaction");
+	struct itimerval it = { { 0, 200 }, { 0, 200 } }, off = { { 0, 0 }, { 0, 0 } };
+	REQE(setitimer(ITIMER_REAL, &it, NULL) == 0, "setitimer");
+	/* 300 ms of round trips (about 1,500 signals), bounded by count and by 3 s */
+	uint64_t seed = xs_seed(81, 82, 83), t0 = xs_now_ns(), dl = xs_deadline(3000);
+	int rounds = 0, rc = 0;
+	while (xs_now_ns() - t0 < 300 * 1000000ull && rounds < 200000 && xs_ms_left(dl) > 0 &&
+	       rc == 0) {
+		uint64_t at = (uint64_t)rounds * 100;
+		rc = put(c, 100, seed, at, "main connection, out");
+		if (rc == 0)
+			rc = get(s, 100, seed, at, "main connection, in");
+		rounds++;
+	}
+	setitimer(ITIMER_REAL, &off, NULL);
+	sigaction(SIGALRM, &old, NULL);
+	TRY(rc);
+	REQ(rounds >= 200, "only %d rounds in 300 ms", rounds);
+	REQ(sig_io_runs >= 100, "the handler ran only %d times in 300 ms", (int)sig_io_runs);
+	REQ(!sig_io_bad, "the handler's connection delivered a byte out of order");
+	/* the rest of the handler's bytes, read here */
+	uint64_t dl2 = xs_deadline(WAIT_MS);
+	while (sig_io_got < sig_io_sent && xs_ms_left(dl2) > 0) {
+		if (wait_ev(s2, POLLIN, xs_ms_left(dl2)) <= 0)
+			break;
+		uint8_t in[256];
+		ssize_t r = recv(s2, in, sizeof in, MSG_DONTWAIT);
+		for (ssize_t i = 0; i < r; i++) {
+			REQ(in[i] == (uint8_t)sig_io_got, "handler's byte %u: %u", (unsigned)sig_io_got,
+			    in[i]);
+			sig_io_got++;
+		}
+	}
+	REQ(sig_io_got == sig_io_sent, "the handler sent %u bytes, %u arrived", (unsigned)sig_io_sent,
+	    (unsigned)sig_io_got);
+	note("%d round trips, the handler ran %d times and moved %u bytes", rounds, (int)sig_io_runs,
+	     (unsigned)sig_io_sent);
+	TRY(both_ways(c, s, "main connection after the signals"));
+	TRY(both_ways(c2, s2, "handler's connection after the signals"));
+	close(c);
+	close(s);
+	close(c2);
+	close(s2);
+	return 0;
+}
+
+/* A closed DDP socket's fd number taken by a new one: calls on the number reach the new
+ * socket (not the entry this thread used for the old one), the old one's peer reads EOF. */
+static int c_fd_reuse(void)
+{
+	int c, s;
+	TRY(mkpair(&c, &s));
+	TRY(both_ways(c, s, "first connection"));
+	int old_c = c;
+	REQE(close(c) == 0, "close");
+	uint8_t b[16];
+	int ev = wait_ev(s, POLLIN, WAIT_MS);
+	REQ(ev > 0, "the peer of a closed socket saw nothing within %d ms", WAIT_MS);
+	ssize_t r = read(s, b, sizeof b);
+	REQ(r == 0, "the peer of a closed socket read %zd (%s), expected EOF", r,
+	    r < 0 ? xs_errname(errno) : "data");
+	REQE(close(s) == 0, "close");
+	int c2, s2;
+	TRY(mkpair(&c2, &s2));
+	int reused = c2 == old_c || s2 == old_c;
+	TRY(both_ways(c2, s2, "second connection"));
+	TRY(both_ways(s2, c2, "second connection, reversed"));
+	if (!tcp_mode) {
+		struct ddp_conn_info ci;
+		TRY(get_info(c2, &ci));
+		REQ(ci.bytes_rx > 0 && ci.bytes_tx > 0, "DDP_CONN_INFO of the new socket: %llu out, %llu in",
+		    (unsigned long long)ci.bytes_tx, (unsigned long long)ci.bytes_rx);
+	}
+	note("closed fd %d; new sockets %d, %d (%s)", old_c, c2, s2,
+	     reused ? "the number reused" : "the number not reused");
+	close(c2);
+	close(s2);
+	return 0;
+}
+
 /* ---- the runner ------------------------------------------------------------------------------ */
 
 struct tcase {
@@ -2465,6 +2584,8 @@ static const struct tcase cases[] = {
 	{ "close-blocked-read", c_close_blocked_read, "close from another thread while one is blocked in read" },
 	{ "shutdown-wr", c_shutdown_wr, "SHUT_WR: peer reads EOF then still sends back; EPIPE/SIGPIPE" },
 	{ "sockname", c_sockname, "getsockname/getpeername/accept address, getsockopt as a TCP socket" },
+	{ "signal-io", c_signal_io, "I/O on a second connection from a SIGALRM handler (every 200 us) during a loop on the first: both streams whole and in order" },
+	{ "fd-reuse", c_fd_reuse, "a closed socket's fd number taken by a new socket: calls reach the new one, the old one's peer reads EOF" },
 	{ "eintr", c_eintr, "signal during a blocking read: EINTR; with SA_RESTART the read completes" },
 	{ "fork", c_fork, "fork: child uses the inherited fd as a byte stream, ext calls EOPNOTSUPP, own connection" },
 	{ "fork-exec", c_fork_exec, "fork+exec: the inherited fd is the byte stream shared with the parent (as TCP)" },

@@ -17,7 +17,7 @@ use libc::{c_int, c_void, iovec, size_t};
 use ddp_user::engine::cq::{self, ConnInfo, Wc};
 use ddp_user::{DdpSocket, STag};
 
-use super::entry::Ref;
+use super::entry::CallRef;
 use super::opts;
 use crate::errno::{Errno, cvt, ret};
 use crate::real;
@@ -38,11 +38,11 @@ fn errno(e: ddp_user::Errno) -> Errno {
 }
 
 /// The connected DDP socket of `fd`, or the header's error for it.
-fn sock_of(fd: c_int) -> Result<Ref, Errno> {
+fn sock_of(fd: c_int) -> Result<CallRef, Errno> {
     if fd < 0 {
         return Err(Errno(libc::EBADF));
     }
-    if let Some(r) = Ref::of_fd(fd) {
+    if let Some(r) = crate::fdtable::lookup(fd).and_then(CallRef::from_handle) {
         if r.conn().is_some() {
             return Ok(r);
         }

@@ -14,10 +14,21 @@
 //! just before another thread closed the fd can still touch the entry safely: it increments
 //! `refs` only if it is not zero, then checks the generation; a recycled entry fails the check
 //! and the call reports `EBADF` (it raced with the close of its own fd).
+//!
+//! A call on a connected socket takes its reference from this thread's cache when it can
+//! ([`CallRef`]): a thread that keeps calling on one socket (a request-response loop, an
+//! event loop reading until `EAGAIN`) then pays no atomic read-modify-write for it, where a
+//! counted reference costs two (an increment and a decrement, about 5 ns each here; four calls
+//! per 64 B round trip on each side). The cache holds a counted reference of its own, so its
+//! entry cannot be recycled under it: a closed socket's payload is dropped when the thread's
+//! cache moves on to another socket, or at thread exit.
 
-use core::cell::UnsafeCell;
+use core::cell::{Cell, UnsafeCell};
+use core::marker::PhantomData;
+use core::mem::ManuallyDrop;
 use core::num::NonZeroU64;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::ops::Deref;
+use core::sync::atomic::{AtomicU32, Ordering, compiler_fence};
 use std::sync::{Mutex, MutexGuard};
 
 use ddp_user::{DdpSocket, Options};
@@ -225,6 +236,113 @@ impl Drop for Ref {
         self.e.generation.fetch_add(1, Ordering::AcqRel);
         free_list().push(self.e);
         drop(p); // may close a socket: outside of the free-list lock
+    }
+}
+
+/// This thread's cache of one connected socket's entry (see the module docs).
+struct CallCache {
+    /// A [`CallRef`] from the cache is out: a call on this thread is using it. A signal
+    /// handler's call meanwhile (the only way this thread can call again before it ends)
+    /// takes a counted reference and leaves the cache alone. The handler runs to its end
+    /// before the interrupted code goes on, so the flag needs only compiler fences.
+    busy: Cell<bool>,
+    /// The handle `r` was taken from (0: none).
+    handle: Cell<u64>,
+    /// The cache's own counted reference.
+    r: Cell<Option<Ref>>,
+}
+
+thread_local! {
+    static CACHE: CallCache = const {
+        CallCache {
+            busy: Cell::new(false),
+            handle: Cell::new(0),
+            r: Cell::new(None),
+        }
+    };
+}
+
+/// A reference for one call on this thread: from the thread's cache (no atomic
+/// read-modify-write) or counted. Not `Send`: a cached one ends on the thread that took it.
+pub struct CallRef {
+    r: ManuallyDrop<Ref>,
+    /// The thread's cache, if the reference is its (the cache outlives every call on its
+    /// thread).
+    cache: *const CallCache,
+    _thread: PhantomData<*const ()>,
+}
+
+impl CallRef {
+    /// The entry a slot refers to, for one call; `None` as [`Ref::from_handle`].
+    #[inline]
+    pub fn from_handle(h: Handle) -> Option<CallRef> {
+        let v = h.0.get();
+        // (`None` while the thread's locals are being destroyed: counted references then)
+        let cache = CACHE.try_with(|c| c as *const CallCache).ok();
+        // SAFETY: this thread's cache, alive while the thread runs.
+        let Some(c) = cache.map(|p| unsafe { &*p }) else {
+            return Ref::from_handle(h).map(CallRef::counted);
+        };
+        if c.busy.get() {
+            return Ref::from_handle(h).map(CallRef::counted);
+        }
+        c.busy.set(true);
+        compiler_fence(Ordering::SeqCst);
+        if c.handle.get() != v {
+            // A miss: the reference taken for this call becomes the cache's if it is a
+            // connected socket's (the old one given back instead of this one: the same two
+            // atomic operations as a counted call).
+            let Some(r) = Ref::from_handle(h) else {
+                compiler_fence(Ordering::SeqCst);
+                c.busy.set(false);
+                return None;
+            };
+            if r.conn().is_none() {
+                compiler_fence(Ordering::SeqCst);
+                c.busy.set(false);
+                return Some(CallRef::counted(r));
+            }
+            let old = c.r.replace(Some(r));
+            c.handle.set(v);
+            drop(old); // may drop a closed socket's payload: no hook runs from there
+        }
+        // The cache holds a counted reference to this entry, taken from this handle: the
+        // entry is live and of this generation.
+        // SAFETY: as in `Ref::from_handle`; kept live by the cache's reference.
+        let e = unsafe { &*((v & ADDR_MASK) as *const Entry) };
+        Some(CallRef {
+            r: ManuallyDrop::new(Ref { e }),
+            cache: c,
+            _thread: PhantomData,
+        })
+    }
+
+    fn counted(r: Ref) -> CallRef {
+        CallRef {
+            r: ManuallyDrop::new(r),
+            cache: core::ptr::null(),
+            _thread: PhantomData,
+        }
+    }
+}
+
+impl Deref for CallRef {
+    type Target = Ref;
+    fn deref(&self) -> &Ref {
+        &self.r
+    }
+}
+
+impl Drop for CallRef {
+    fn drop(&mut self) {
+        if self.cache.is_null() {
+            // SAFETY: dropped once, here.
+            unsafe { ManuallyDrop::drop(&mut self.r) };
+        } else {
+            compiler_fence(Ordering::SeqCst);
+            // SAFETY: this thread's cache (`CallRef` is not `Send`), alive while it runs.
+            unsafe { (*self.cache).busy.set(false) };
+        }
     }
 }
 
