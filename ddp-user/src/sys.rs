@@ -115,12 +115,19 @@ fn restart(mut f: impl FnMut() -> c_long) -> Result<usize> {
 /// integer arithmetic, without `Instant`'s checked `timespec` subtraction (this is read on
 /// the latency path: see `Engine::now`).
 pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `clock` in nanoseconds (`CLOCK_MONOTONIC` or `CLOCK_MONOTONIC_COARSE`: both always exist
+/// on the Linux versions we run on, the coarse one since 2.6.32).
+#[inline(always)]
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     (ts.tv_sec as u64)
         .wrapping_mul(1_000_000_000)
         .wrapping_add(ts.tv_nsec as u64)
@@ -155,16 +162,7 @@ impl Deadline {
 
 /// `CLOCK_MONOTONIC_COARSE` in nanoseconds.
 fn coarse_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE exists on Linux
-    // since 2.6.32.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
+    clock_ns(libc::CLOCK_MONOTONIC_COARSE)
 }
 
 /// The coarse clock's resolution (a tick) in nanoseconds, asked once.
@@ -178,7 +176,7 @@ fn coarse_tick_ns() -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: as in `coarse_ns`.
+    // SAFETY: `ts` is a valid, writable timespec.
     let r = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     let t = if r == 0 && (ts.tv_sec, ts.tv_nsec) != (0, 0) {
         (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
