@@ -20,8 +20,9 @@
 //! event loop reading until `EAGAIN`) then pays no atomic read-modify-write for it, where a
 //! counted reference costs two (an increment and a decrement, about 5 ns each here; four calls
 //! per 64 B round trip on each side). The cache holds a counted reference of its own, so its
-//! entry cannot be recycled under it: a closed socket's payload is dropped when the thread's
-//! cache moves on to another socket, or at thread exit.
+//! entry cannot be recycled under it. The thread that closes a socket's last fd takes it out
+//! of its own cache ([`release`]); another thread's cache lets go of a closed socket when it
+//! moves on to another socket, or at thread exit.
 
 use core::cell::{Cell, UnsafeCell};
 use core::marker::PhantomData;
@@ -373,7 +374,26 @@ pub fn release(h: Handle) {
     {
         crate::log::debug!("ddp: last fd of {:?} closed", c.sock);
         c.sock.close();
+        forget_cached(v);
     }
+}
+
+/// The closing thread's cache lets go of the closed entry `v` (not the last reference: the
+/// caller holds one), so that the payload is dropped here, with the close, and not later by
+/// whatever call of this thread next misses the cache (a signal handler's, say).
+fn forget_cached(v: u64) {
+    let _ = CACHE.try_with(|c| {
+        if c.busy.get() || c.handle.get() != v {
+            return; // (a call interrupted by this close holds it: its next miss lets go)
+        }
+        c.busy.set(true);
+        compiler_fence(Ordering::SeqCst);
+        let old = c.r.take();
+        c.handle.set(0);
+        compiler_fence(Ordering::SeqCst);
+        c.busy.set(false);
+        drop(old);
+    });
 }
 
 /// The number of fds referring to the entry (for the log).
