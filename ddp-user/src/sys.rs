@@ -629,6 +629,47 @@ pub fn getrandom(buf: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// Starts a library thread (the progress thread, the statistics thread) with every
+/// asynchronous signal blocked, so that it never runs the application's signal handlers: a
+/// process-directed signal (`SIGALRM` from `setitimer`, `SIGCHLD`, a `kill` of the pid) goes
+/// to a thread that does not block it, and a handler on a library thread would run beside the
+/// application's own threads (its single-threaded state raced) or interrupt the library while
+/// it holds a socket's lock. The faults (`SIGSEGV`, `SIGBUS`, `SIGFPE`, `SIGILL`, `SIGTRAP`,
+/// `SIGSYS`) stay deliverable, as to any thread; libc's `pthread_sigmask` keeps its own
+/// internal signals (thread cancellation, `setuid` broadcast) open. The mask is set in the
+/// calling thread around the spawn (a new thread inherits it), so no signal can reach the new
+/// thread before it is blocked; one arriving meanwhile waits for the caller's mask to return.
+pub fn spawn_quiet<F>(name: &str, f: F) -> std::io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() + Send + 'static,
+{
+    // SAFETY: sigset_t is plain data; sigfillset/sigdelset initialise and edit it.
+    let mut block: libc::sigset_t = unsafe { core::mem::zeroed() };
+    let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: `block` is a valid sigset_t; the signal numbers are valid.
+    unsafe {
+        libc::sigfillset(&mut block);
+        for s in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+        ] {
+            libc::sigdelset(&mut block, s);
+        }
+    }
+    // SAFETY: valid sets; pthread_sigmask is not interposed by the preload.
+    let masked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old) } == 0;
+    let h = std::thread::Builder::new().name(name.into()).spawn(f);
+    if masked {
+        // SAFETY: `old` is the mask pthread_sigmask returned above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut()) };
+    }
+    h
+}
+
 /// `getpid()`.
 pub fn getpid() -> i32 {
     // SAFETY: getpid cannot fail.
@@ -667,6 +708,60 @@ mod tests {
     use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsRawFd;
+
+    /// The mask of the calling thread (`how` = SIG_BLOCK with an empty set changes nothing).
+    fn mask_now() -> libc::sigset_t {
+        // SAFETY: plain sets; an empty SIG_BLOCK set leaves the mask as it is.
+        unsafe {
+            let (mut none, mut cur) = (core::mem::zeroed(), core::mem::zeroed());
+            libc::sigemptyset(&mut none);
+            assert_eq!(libc::pthread_sigmask(libc::SIG_BLOCK, &none, &mut cur), 0);
+            cur
+        }
+    }
+
+    fn has(set: &libc::sigset_t, sig: c_int) -> bool {
+        // SAFETY: a valid set and signal number.
+        unsafe { libc::sigismember(set, sig) == 1 }
+    }
+
+    /// A library thread blocks the asynchronous signals (so an application's handler never
+    /// runs on it), not the faults; the caller's mask is as it was.
+    #[test]
+    fn quiet_threads_block_asynchronous_signals() {
+        let before = mask_now();
+        let inner = spawn_quiet("quiet-test", || {
+            let m = mask_now();
+            assert_eq!(std::thread::current().name(), Some("quiet-test"));
+            for s in [
+                libc::SIGALRM,
+                libc::SIGINT,
+                libc::SIGTERM,
+                libc::SIGCHLD,
+                libc::SIGIO,
+            ] {
+                assert!(has(&m, s), "signal {s} not blocked in a library thread");
+            }
+            assert!(
+                has(&m, libc::SIGRTMIN() + 1),
+                "a real-time signal not blocked"
+            );
+            for s in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL] {
+                assert!(!has(&m, s), "fault signal {s} blocked in a library thread");
+            }
+        })
+        .unwrap()
+        .join();
+        assert!(inner.is_ok(), "the check in the library thread failed");
+        let after = mask_now();
+        for s in 1..libc::SIGRTMIN() {
+            assert_eq!(
+                has(&before, s),
+                has(&after, s),
+                "the caller's mask changed at {s}"
+            );
+        }
+    }
 
     /// A deadline never says less than asked (the coarse clock's lag is covered by the tick
     /// added) and at most two ticks more; a passed one says zero.

@@ -318,10 +318,7 @@ pub fn register(fd: c_int, sock: &DdpSocket) {
         base,
     });
     if !st.thread {
-        st.thread = std::thread::Builder::new()
-            .name("exsock-stats".into())
-            .spawn(move || run(seg))
-            .is_ok();
+        st.thread = ddp_user::sys::spawn_quiet("exsock-stats", move || run(seg)).is_ok();
     }
 }
 

@@ -2442,10 +2442,16 @@ static int c_msg_io(void)
 static int sig_io_w = -1, sig_io_r = -1;
 static volatile sig_atomic_t sig_io_runs, sig_io_bad;
 static volatile uint32_t sig_io_sent, sig_io_got;
+static volatile pid_t sig_io_tid;
+static volatile sig_atomic_t sig_io_elsewhere;
 static void on_alrm_io(int sig)
 {
 	(void)sig;
 	int e = errno;
+	/* SIGALRM from setitimer is for the process: it must reach this (only) application
+	 * thread, never a library thread (where the handler would race this one) */
+	if ((pid_t)syscall(SYS_gettid) != sig_io_tid)
+		sig_io_elsewhere++;
 	uint8_t b = (uint8_t)sig_io_sent;
 	if (send(sig_io_w, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1)
 		sig_io_sent++;
@@ -2467,7 +2473,8 @@ static int c_signal_io(void)
 	TRY(mkpair(&c2, &s2));
 	sig_io_w = c2;
 	sig_io_r = s2;
-	sig_io_runs = sig_io_bad = 0;
+	sig_io_runs = sig_io_bad = sig_io_elsewhere = 0;
+	sig_io_tid = (pid_t)syscall(SYS_gettid);
 	sig_io_sent = sig_io_got = 0;
 	struct sigaction sa = { .sa_handler = on_alrm_io, .sa_flags = SA_RESTART }, old;
 	sigemptyset(&sa.sa_mask);
@@ -2490,6 +2497,8 @@ static int c_signal_io(void)
 	TRY(rc);
 	REQ(rounds >= 200, "only %d rounds in 300 ms", rounds);
 	REQ(sig_io_runs >= 100, "the handler ran only %d times in 300 ms", (int)sig_io_runs);
+	REQ(!sig_io_elsewhere, "the handler ran %d times on a thread other than the application's",
+	    (int)sig_io_elsewhere);
 	REQ(!sig_io_bad, "the handler's connection delivered a byte out of order");
 	/* the rest of the handler's bytes, read here */
 	uint64_t dl2 = xs_deadline(WAIT_MS);

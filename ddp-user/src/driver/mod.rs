@@ -279,6 +279,13 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
     {
         return Ok(e);
     }
+    // What a routed call would otherwise set up lazily is set up now, before this process's
+    // first DDP socket exists: `crc-fast` picks its CPU path in a `OnceLock` at the first
+    // checksum, and a signal handler's call interrupting that initialisation would wait on
+    // its own thread (ddp-fdtest `signal-io`).
+    core::hint::black_box(ddp_proto::mpa::crc::crc32c(core::hint::black_box(
+        b"exsock",
+    )));
     let epfd = move_high(sys::epoll_create()?)?;
     let wake_fd = move_high(sys::eventfd()?)?;
     let inert_fd = match sys::eventfd().and_then(move_high) {
@@ -456,9 +463,7 @@ impl Engine {
     /// Adds a socket: it is watched by the progress thread from now on.
     pub(crate) fn add(&'static self, sh: &Arc<Shared>) -> Result<(), Errno> {
         self.thread.call_once(|| {
-            std::thread::Builder::new()
-                .name("exsock-progress".into())
-                .spawn(move || self.run())
+            sys::spawn_quiet("exsock-progress", move || self.run())
                 .expect("spawn the progress thread");
         });
         if lock(&self.conns).insert(sh.id, sh.clone()).is_none() {
