@@ -59,6 +59,8 @@
 
 pub mod driver;
 pub mod engine;
+pub mod sigdefer;
+pub mod sync;
 pub mod sys;
 
 pub use driver::group::{EpollGroup, GroupVisit};

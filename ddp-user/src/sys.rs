@@ -454,6 +454,7 @@ unsafe fn epoll_pwait_ms(
     timeout: Option<Duration>,
     mask: *const libc::sigset_t,
 ) -> Result<usize> {
+    no_lock_held(timeout);
     // SAFETY: `events` has room for `len` entries; `mask` is null or the caller's valid
     // sigset (the kernel reads `_NSIG / 8` bytes).
     cvt(unsafe {
@@ -486,6 +487,7 @@ pub unsafe fn epoll_pwait_ts(
     timeout: Option<Duration>,
     mask: *const libc::sigset_t,
 ) -> Result<usize> {
+    no_lock_held(timeout);
     use core::sync::atomic::Ordering;
     // (the kernel reads `_NSIG / 8` bytes of the mask)
     let mask_len = if mask.is_null() { 0usize } else { 8usize };
@@ -537,8 +539,20 @@ fn timeout_ms(timeout: Option<Duration>) -> c_int {
     }
 }
 
+/// A wait that may block is never made with one of the library's locks held (it would hold
+/// the application's signal handlers back for the wait, see [`crate::sigdefer`]): checked in
+/// debug builds.
+#[inline]
+fn no_lock_held(timeout: Option<Duration>) {
+    debug_assert!(
+        timeout == Some(Duration::ZERO) || crate::sigdefer::depth() == 0,
+        "a blocking wait with a library lock held"
+    );
+}
+
 /// `ppoll(fds, timeout, NULL)`; `EINTR` is returned to the caller.
 pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> Result<usize> {
+    no_lock_held(timeout);
     with_timespec(timeout, |tsp| {
         // SAFETY: `fds` is a valid array of pollfd; `tsp` is null or a valid timespec.
         cvt(unsafe {
@@ -668,6 +682,52 @@ where
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut()) };
     }
     h
+}
+
+/// The calling thread's `errno`, raw (saved and restored around work done between an
+/// application's calls, see [`crate::sigdefer`]).
+pub fn errno() -> c_int {
+    // SAFETY: `__errno_location` returns the calling thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets the calling thread's `errno`.
+pub fn set_errno(e: c_int) {
+    // SAFETY: as in `errno`.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// `rt_sigprocmask(how, set, old)` of the calling thread (raw: the full set is taken as
+/// given, which libc's `pthread_sigmask` would trim of its own signals); the previous mask in
+/// `old` if given.
+pub fn sigprocmask(
+    how: c_int,
+    set: &libc::sigset_t,
+    old: Option<&mut libc::sigset_t>,
+) -> Result<()> {
+    let old = old.map_or(ptr::null_mut(), |o| o as *mut libc::sigset_t);
+    // SAFETY: `set` is a valid set; `old` is null or writable; the kernel's set is 8 bytes.
+    cvt(unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, set as *const _, old, 8usize) })
+        .map(drop)
+}
+
+/// `gettid()`.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// `rt_tgsigqueueinfo(pid, tid, sig, info)`: `sig` with `info` to thread `tid` of `pid`.
+pub fn tgsigqueueinfo(pid: i32, tid: i32, sig: c_int, info: &libc::siginfo_t) -> Result<()> {
+    // SAFETY: `info` is a valid siginfo_t the kernel copies.
+    cvt(unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, tid, sig, info as *const _) })
+        .map(drop)
+}
+
+/// `tgkill(pid, tid, sig)`.
+pub fn tgkill(pid: i32, tid: i32, sig: c_int) -> Result<()> {
+    // SAFETY: plain syscall on integers.
+    cvt(unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, sig) }).map(drop)
 }
 
 /// `getpid()`.

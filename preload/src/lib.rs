@@ -30,7 +30,9 @@
 //!
 //! Process lifecycle: the constructor registers a `pthread_atfork` child handler (the engine's
 //! fork policy, [`ddp`]); the destructor (`exit`) lets DDP sockets write what they had queued,
-//! at most 2 s ([`ddp_user::flush_at_exit`]).
+//! at most 2 s ([`ddp_user::flush_at_exit`]). Once the process has a DDP socket, the
+//! application's signal handlers run outside the library's critical sections ([`signals`]:
+//! `sigaction`/`signal` interposed).
 //!
 //! What it refuses to do: Rust std I/O, `nix`, or anything else that would re-enter its own
 //! hooks (internal I/O uses the saved real functions or raw system calls); allocation, locks or
@@ -87,6 +89,7 @@ pub mod poll;
 pub mod real;
 pub mod route;
 pub mod rules;
+pub mod signals;
 pub mod socket;
 pub mod sockopt;
 pub mod stats;

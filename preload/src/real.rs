@@ -333,6 +333,14 @@ real_fns! {
     fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
         sys!(c_int; libc::SYS_getpeername, fd, addr, len)
     }
+    fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+        // (libc always has sigaction; this is reached only on re-entry from inside dlsym)
+        fail(libc::ENOSYS)
+    }
+    fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+        Errno(libc::ENOSYS).set();
+        libc::SIG_ERR
+    }
     fn fork() -> pid_t {
         // Without libc's atfork handlers a child of a threaded program can deadlock in malloc:
         // refuse rather than fork badly. (libc always has fork; this is reached only on

@@ -614,7 +614,7 @@ fn mark_ddp(fd: c_int, listening: bool, dual: bool) -> Result<(), Errno> {
     p.listening = listening;
     p.dual = dual;
     p.opts = options();
-    let r = Ref::new(Payload::Pending(std::sync::Mutex::new(p))).ok_or(Errno(libc::ENOMEM))?;
+    let r = Ref::new(Payload::Pending(ddp_user::sync::Mutex::new(p))).ok_or(Errno(libc::ENOMEM))?;
     r.attach(fd);
     Ok(())
 }

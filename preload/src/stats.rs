@@ -17,7 +17,9 @@
 //!   parent's state without touching its lock); its own DDP sockets get its own segment.
 
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::Once;
+
+use ddp_user::sync::{Guard, Mutex};
 
 use ddp_user::{DdpSocket, WeakDdpSocket};
 use exsock_stat::{SEGMENT_SIZE, SLOTS, Segment, SlotData};
@@ -47,7 +49,7 @@ static DISABLED: AtomicBool = AtomicBool::new(false);
 static OWNER: AtomicU32 = AtomicU32::new(0);
 static ATFORK: Once = Once::new();
 
-fn state() -> MutexGuard<'static, Inner> {
+fn state() -> Guard<'static, Inner> {
     let mut p = STATE.load(Ordering::Acquire);
     if p.is_null() {
         let new = Box::into_raw(Box::new(Mutex::new(Inner {
@@ -71,7 +73,7 @@ fn state() -> MutexGuard<'static, Inner> {
         }
     }
     // SAFETY: published states are never freed (a forked child forgets, never frees, them).
-    unsafe { &*p }.lock().unwrap_or_else(|e| e.into_inner())
+    unsafe { &*p }.lock()
 }
 
 extern "C" fn atfork_child() {

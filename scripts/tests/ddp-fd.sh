@@ -4,7 +4,8 @@
 # does (DESIGN.md "Engine and fd model", docs/engine.md "The fd model"): test-apps/ddp/ddp-fdtest
 # under libexsock.so, one PASS/FAIL line per case (poll, select, epoll LT/ET/ONESHOT/RDHUP/
 # nested, nonblocking connect/accept/read/write, fcntl, ioctl (FIONREAD, SIOCOUTQ), dup*,
-# close during a blocked read, shutdown, names and socket options, EINTR/SA_RESTART, fork,
+# close during a blocked read, shutdown, names and socket options, EINTR/SA_RESTART, signal
+# handlers calling on a second socket and on the one they interrupted, sigaction queries, fork,
 # fork+exec, listener option inheritance, raw syscalls, msg I/O). Every case runs in its own process with a 20 s bound (230 s for all);
 # every wait inside is bounded (5 s); every transfer's content is checked.
 # First the same cases run on plain TCP sockets without the library (ddp-fdtest -T): that

@@ -20,8 +20,10 @@
 
 use std::collections::HashSet;
 use std::os::fd::RawFd;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+
+use crate::sync::Mutex;
 use std::time::Duration;
 
 use super::{

@@ -20,7 +20,9 @@ use core::time::Duration;
 use std::collections::{HashMap, HashSet};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once};
+use std::sync::{Arc, Condvar, Once};
+
+use crate::sync::{Guard, Mutex};
 use std::time::Instant;
 
 use ddp_proto::conn::State;
@@ -97,7 +99,7 @@ pub(crate) struct Engine {
     /// Sockets in `conns` (sizes each socket's share of the receive backlog budget).
     sockets: AtomicUsize,
     /// Bumped (and `flushed_cv` notified) when a closed socket has sent everything.
-    flushed: Mutex<u64>,
+    flushed: std::sync::Mutex<u64>,
     flushed_cv: Condvar,
     next_id: AtomicU64,
     next_pd: AtomicU32,
@@ -318,7 +320,7 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
         rx_bufs: Mutex::new(Vec::new()),
         rx_buf_hot: AtomicPtr::new(core::ptr::null_mut()),
         sockets: AtomicUsize::new(0),
-        flushed: Mutex::new(0),
+        flushed: std::sync::Mutex::new(0),
         flushed_cv: Condvar::new(),
         next_id: AtomicU64::new(1),
         next_pd: AtomicU32::new(OWN_PD_BASE),
@@ -326,8 +328,11 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
         origin_ns: sys::monotonic_ns(),
     }));
     match ENGINE.compare_exchange(cur, e, Ordering::AcqRel, Ordering::Acquire) {
-        // SAFETY: just leaked above; never freed.
-        Ok(_) => Ok(unsafe { &*e }),
+        Ok(_) => {
+            crate::sigdefer::engine_starting();
+            // SAFETY: just leaked above; never freed.
+            Ok(unsafe { &*e })
+        }
         Err(other) => {
             // Another thread won: discard ours (never shared).
             // SAFETY: `e` came from Box::into_raw above and nobody else has seen it.
@@ -378,7 +383,7 @@ pub fn flush_at_exit(timeout: Duration) {
     }
     let deadline = Instant::now() + timeout;
     loop {
-        let seen = *lock(&e.flushed);
+        let seen = *lock_std(&e.flushed);
         if socks.iter().all(|sh| sh.in_child() || sh.lock().flushed()) {
             return;
         }
@@ -386,7 +391,7 @@ pub fn flush_at_exit(timeout: Duration) {
         if left.is_zero() {
             return;
         }
-        let g = lock(&e.flushed);
+        let g = lock_std(&e.flushed);
         if *g == seen {
             drop(e.flushed_cv.wait_timeout(g, left));
         }
@@ -410,7 +415,14 @@ impl IdSnapshot {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> Guard<'_, T> {
+    m.lock()
+}
+
+/// The exit flush's counter lock: a plain one (held for an increment or a read, and waited
+/// on with a condition variable for up to the flush's 2 s, which must not hold signal
+/// handlers back).
+fn lock_std<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -448,7 +460,7 @@ impl Engine {
 
     /// A closed socket has sent everything (see [`flush_at_exit`]).
     fn note_flushed(&self) {
-        *lock(&self.flushed) += 1;
+        *lock_std(&self.flushed) += 1;
         self.flushed_cv.notify_all();
     }
 
@@ -637,8 +649,7 @@ impl Engine {
             // its way out for the thread on the latency path).
             let mut st = match sh.st.try_lock() {
                 Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {
+                Err(crate::sync::WouldBlock) => {
                     // (only this thread writes `deadline_visits`)
                     let v = sh.deadline_visits.load(Ordering::Relaxed);
                     sh.deadline_visits
@@ -804,7 +815,7 @@ impl CqSlot {
 }
 
 impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, ConnState> {
+    pub(crate) fn lock(&self) -> Guard<'_, ConnState> {
         lock(&self.st)
     }
 
@@ -1360,7 +1371,7 @@ impl Drop for Shared {
             let _ = sys::close(fd);
         }
         // (`get_mut`, not a lock: in a forked child a parent thread may have held it)
-        let cq = self.cq.get_mut().unwrap_or_else(|e| e.into_inner());
+        let cq = self.cq.get_mut();
         if let Some(fd) = cq.fd {
             let _ = sys::close(fd);
         }

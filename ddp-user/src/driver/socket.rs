@@ -5,7 +5,9 @@ use core::time::Duration;
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
+
+use crate::sync::{Guard, Mutex};
 use std::time::Instant;
 
 use ddp_proto::conn::{PostError, Role, SMALL_SEND_MAX, SendFlags, State};
@@ -97,7 +99,7 @@ impl WeakDdpSocket {
 /// socket's TCP input to it until it leaves (see [`crate::driver::conn`]).
 struct Inline<'a> {
     sh: &'a Shared,
-    st: Option<MutexGuard<'a, ConnState>>,
+    st: Option<Guard<'a, ConnState>>,
 }
 
 impl<'a> Inline<'a> {
@@ -740,7 +742,7 @@ impl DdpSocket {
 
     /// The wait of [`DdpSocket::poll_enter`] and [`DdpSocket::poll_wait`]; with `alone`, it
     /// takes the socket's wait set if it is free and usable.
-    fn wait_locked(&self, mut st: MutexGuard<'_, ConnState>, alone: bool) -> Option<PollWait> {
+    fn wait_locked(&self, mut st: Guard<'_, ConnState>, alone: bool) -> Option<PollWait> {
         let sh = self.sh();
         // Data held for a reader that polls again instead: into the socketpair, where the
         // kernel reports it.

@@ -17,7 +17,9 @@
 //!
 //! What it refuses to do: look at the memory itself (that is [`crate::driver::mem`]).
 
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::Condvar;
+
+use crate::sync::{Guard, Mutex};
 
 use ddp_proto::ddp::{Access, InvalidateError, RegionInfo, STag};
 
@@ -95,8 +97,8 @@ impl Registry {
         Registry::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Slots> {
-        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> Guard<'_, Slots> {
+        self.slots.lock()
     }
 
     /// Registers `[addr, addr + len)` in `pd`; `key` is the proposed 8-bit key (changed if it
@@ -165,7 +167,7 @@ impl Registry {
             _ => return Err(RegError::NoSuchStag),
         }
         while s.table[index as usize].pins > 0 {
-            s = self.released.wait(s).unwrap_or_else(|p| p.into_inner());
+            s = s.wait(&self.released);
         }
         let slot = &mut s.table[index as usize];
         slot.region = None;

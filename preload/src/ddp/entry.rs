@@ -30,7 +30,7 @@ use core::mem::ManuallyDrop;
 use core::num::NonZeroU64;
 use core::ops::Deref;
 use core::sync::atomic::{AtomicU32, Ordering, compiler_fence};
-use std::sync::{Mutex, MutexGuard};
+use ddp_user::sync::{Guard, Mutex};
 
 use ddp_user::{DdpSocket, Options};
 use libc::c_int;
@@ -112,8 +112,8 @@ static FREE: Mutex<Vec<&'static Entry>> = Mutex::new(Vec::new());
 const GEN_SHIFT: u32 = 48;
 const ADDR_MASK: u64 = (1 << GEN_SHIFT) - 1;
 
-fn free_list() -> MutexGuard<'static, Vec<&'static Entry>> {
-    FREE.lock().unwrap_or_else(|p| p.into_inner())
+fn free_list() -> Guard<'static, Vec<&'static Entry>> {
+    FREE.lock()
 }
 
 /// A counted reference to a live entry.
@@ -153,9 +153,9 @@ impl Ref {
     }
 
     /// The pending state, if this is a socket before its MPA exchange.
-    pub fn pending(&self) -> Option<MutexGuard<'_, Pending>> {
+    pub fn pending(&self) -> Option<Guard<'_, Pending>> {
         match self.payload() {
-            Payload::Pending(m) => Some(m.lock().unwrap_or_else(|p| p.into_inner())),
+            Payload::Pending(m) => Some(m.lock()),
             Payload::Socket(_) => None,
         }
     }

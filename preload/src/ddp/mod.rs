@@ -116,8 +116,10 @@ pub fn entry_for_option(fd: c_int) -> Result<Ref, Errno> {
     if let Some(r) = Ref::of_fd(fd) {
         return Ok(r);
     }
-    let r = Ref::new(Payload::Pending(std::sync::Mutex::new(Pending::new(None))))
-        .ok_or(Errno(libc::ENOMEM))?;
+    let r = Ref::new(Payload::Pending(ddp_user::sync::Mutex::new(Pending::new(
+        None,
+    ))))
+    .ok_or(Errno(libc::ENOMEM))?;
     r.attach(fd);
     Ok(r)
 }
@@ -268,7 +270,8 @@ pub fn accepted(listener: &Pending, lfd: c_int, nfd: c_int, nb: bool) -> Result<
     if !listener.mode {
         let mut p = Pending::new(Some(Role::Responder));
         p.opts = listener.opts.clone();
-        let r = Ref::new(Payload::Pending(std::sync::Mutex::new(p))).ok_or(Errno(libc::ENOMEM))?;
+        let r =
+            Ref::new(Payload::Pending(ddp_user::sync::Mutex::new(p))).ok_or(Errno(libc::ENOMEM))?;
         r.attach(nfd);
         return Ok(nfd);
     }
@@ -447,6 +450,7 @@ extern "C" fn atfork_parent() {
 pub fn init() {
     // SAFETY: registering handlers that take no lock and make no system call.
     unsafe { libc::pthread_atfork(None, Some(atfork_parent), Some(atfork_child)) };
+    ddp_user::sigdefer::on_engine_start(crate::signals::adopt);
 }
 
 #[cfg(test)]
