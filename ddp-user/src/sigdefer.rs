@@ -201,10 +201,10 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// A hold on this thread's depth: while one exists, managed signals wait (see the module
 /// documentation). Taken by [`enter`]; its drop delivers what waited once the depth is 0.
+/// Zero-sized, so that a lock's guard is no larger than std's: whether it counted is
+/// [`ACTIVE`] at its drop (see [`leave`] for the one moment that can differ).
 pub struct Critical {
-    /// This thread's state (null: not counted, no handler was installed yet). Kept so that
-    /// the release needs no second thread-local lookup (`__tls_get_addr` in a shared object).
-    local: *const Local,
+    _thread: core::marker::PhantomData<*const ()>,
 }
 
 /// Counts locks from now on (as the first [`set_app_action`] does).
@@ -218,45 +218,42 @@ pub(crate) fn activate() {
 #[inline(always)]
 pub fn enter() -> Critical {
     if ACTIVE.load(Ordering::Relaxed) {
-        enter_counted()
-    } else {
-        Critical {
-            local: core::ptr::null(),
-        }
+        enter_counted();
+    }
+    Critical {
+        _thread: core::marker::PhantomData,
     }
 }
 
 #[inline(never)]
-fn enter_counted() -> Critical {
-    let local = LOCAL.with(|l| {
-        l.depth.set(l.depth.get() + 1);
-        l as *const Local
-    });
+fn enter_counted() {
+    LOCAL.with(|l| l.depth.set(l.depth.get() + 1));
     compiler_fence(Ordering::SeqCst);
-    Critical { local }
 }
 
 impl Drop for Critical {
     #[inline(always)]
     fn drop(&mut self) {
-        if !self.local.is_null() {
-            leave(self.local);
+        if ACTIVE.load(Ordering::Relaxed) {
+            leave();
         }
     }
 }
 
-/// Lowers this thread's depth (after a lock was released); at 0, delivers what waited.
+/// Lowers this thread's depth (after a lock was released); at 0, delivers what waited. A
+/// guard taken before the first handler was installed and released after it did not count:
+/// the depth does not go below 0 (for the rest of such a thread's critical sections at that
+/// moment, a handler is not held back, as before handlers were managed).
 #[inline(never)]
-fn leave(local: *const Local) {
+fn leave() {
     compiler_fence(Ordering::SeqCst);
-    // SAFETY: this thread's own thread-local state (`Critical` is not Send), alive while the
-    // thread is.
-    let l = unsafe { &*local };
-    let d = l.depth.get() - 1;
-    l.depth.set(d);
-    if d == 0 && l.pending.get() != 0 {
-        deliver();
-    }
+    LOCAL.with(|l| {
+        let d = l.depth.get().saturating_sub(1);
+        l.depth.set(d);
+        if d == 0 && l.pending.get() != 0 {
+            deliver();
+        }
+    });
 }
 
 /// This thread's depth (for the debug check before a blocking wait).
