@@ -25,7 +25,8 @@
 //!
 //! Limits: a standard signal noted twice before the release is delivered once (as the
 //! kernel merges a pending standard signal); real-time signals keep their order and data up
-//! to [`SLOTS`] per critical section, more are delivered with `tgkill` (no data). From a
+//! to [`SLOTS`] per critical section; beyond that, each kind noted is delivered once more with
+//! `tgkill` (no data). From a
 //! thread other than the main one, a signal whose `si_code` the kernel does not let a
 //! process forge (`SI_USER` from `kill`, `SI_KERNEL` from `setitimer`) is delivered again
 //! with `tgkill` (`si_code` `SI_TKILL`, `si_pid` this process). A handler that ran at once
@@ -55,6 +56,8 @@ struct Local {
     depth: Cell<u32>,
     /// Signals noted while `depth` > 0 (bit `sig - 1`).
     pending: Cell<u64>,
+    /// Signals noted when the slots were full (delivered once each, without data).
+    extra: Cell<u64>,
     /// How many of `slots` are in use.
     used: Cell<usize>,
     /// The noted signals with their data, in arrival order.
@@ -66,6 +69,7 @@ thread_local! {
         Local {
             depth: Cell::new(0),
             pending: Cell::new(0),
+            extra: Cell::new(0),
             used: Cell::new(0),
             slots: UnsafeCell::new([(0, MaybeUninit::uninit()); SLOTS]),
         }
@@ -191,6 +195,8 @@ fn note(l: &Local, sig: c_int, info: *const siginfo_t) {
             slots[n].1.write(info.read());
         }
         l.used.set(n + 1);
+    } else {
+        l.extra.set(l.extra.get() | bit);
     }
 }
 
@@ -273,11 +279,12 @@ fn deliver() {
     // SAFETY: valid sets.
     unsafe { libc::sigfillset(&mut all) };
     let masked = crate::sys::sigprocmask(libc::SIG_BLOCK, &all, Some(&mut old)).is_ok();
-    let (pending, used, slots) = LOCAL.with(|l| {
+    let (extra, used, slots) = LOCAL.with(|l| {
         // SAFETY: this thread's slots, signals blocked: nothing writes them meanwhile.
         let slots = unsafe { *l.slots.get() };
-        let r = (l.pending.get(), l.used.get(), slots);
+        let r = (l.extra.get(), l.used.get(), slots);
         l.pending.set(0);
+        l.extra.set(0);
         l.used.set(0);
         r
     });
@@ -285,16 +292,14 @@ fn deliver() {
         let _ = crate::sys::sigprocmask(libc::SIG_SETMASK, &old, None);
     }
     let (pid, tid) = (crate::sys::getpid(), crate::sys::gettid());
-    let mut sent = 0u64;
     for (sig, info) in slots.iter().take(used) {
         // SAFETY: slots below `used` were written by `note`.
         let info = unsafe { info.assume_init_ref() };
         if crate::sys::tgsigqueueinfo(pid, tid, *sig, info).is_err() {
             let _ = crate::sys::tgkill(pid, tid, *sig);
         }
-        sent |= 1u64 << (sig - 1);
     }
-    let mut rest = pending & !sent;
+    let mut rest = extra;
     while rest != 0 {
         let sig = rest.trailing_zeros() as c_int + 1;
         rest &= rest - 1;
@@ -395,6 +400,19 @@ mod tests {
             assert_eq!(ran(3), 3, "not delivered at the end");
             assert_eq!(RAN_AT_DEPTH.load(Ordering::SeqCst), 0);
             assert_eq!(LAST_VALUE.load(Ordering::SeqCst), 33, "data or order lost");
+            // More real-time signals than slots: the slots' four with their data, in order,
+            // then the kind once more (its data lost).
+            RAN.store(0, Ordering::SeqCst);
+            {
+                let _c = enter();
+                for v in 1..=6 {
+                    queue_to_self(sig, 100 + v);
+                }
+                assert_eq!(RAN.load(Ordering::SeqCst), 0);
+            }
+            assert_eq!(ran(5), 5, "slots and the extra one");
+            let _ = crate::sys::getpid();
+            assert_eq!(RAN.load(Ordering::SeqCst), 5);
             // A standard signal noted twice is delivered once.
             let std_sig = libc::SIGUSR2;
             install(std_sig);
