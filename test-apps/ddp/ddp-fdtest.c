@@ -2681,6 +2681,25 @@ static int c_signal_actions(void)
 	REQE(sigaction(SIGUSR1, NULL, &q) == 0, "sigaction(query)");
 	REQ(q.sa_sigaction == act_on3 && (q.sa_flags & SA_SIGINFO), "SA_SIGINFO action reads back "
 								    "as %p %#x", (void *)q.sa_handler, q.sa_flags);
+	/* a forked child inherits the actions as they read: its handler runs with its data, and
+	 * its queries report the application's handler */
+	pid_t pid = fork();
+	REQE(pid >= 0, "fork");
+	if (pid == 0) {
+		struct sigaction cq;
+		if (sigaction(SIGUSR1, NULL, &cq) != 0 || cq.sa_sigaction != act_on3)
+			_exit(3);
+		union sigval cv = { .sival_int = 77 };
+		if (sigqueue(getpid(), SIGUSR1, cv) != 0)
+			_exit(4);
+		for (int i = 0; i < 5000 && act_h3 < 2; i++)
+			sleep_ms(1); /* bounded: the handler runs on this (only) thread */
+		_exit(act_h3 == 2 && act_value == 77 ? 0 : 5);
+	}
+	int st = 0;
+	TRY(wait_child(pid, WAIT_MS, &st));
+	REQ(WIFEXITED(st) && WEXITSTATUS(st) == 0, "forked child: status %#x (3 query, 4 sigqueue, "
+						     "5 handler or its data)", st);
 	void (*was)(int) = signal(SIGUSR1, SIG_IGN);
 	REQ((void *)was == (void *)act_on3, "signal(SIG_IGN) returned %p", (void *)was);
 	REQE(raise(SIGUSR1) == 0, "raise (ignored)");
@@ -2761,7 +2780,7 @@ static const struct tcase cases[] = {
 	{ "sockname", c_sockname, "getsockname/getpeername/accept address, getsockopt as a TCP socket" },
 	{ "signal-io", c_signal_io, "I/O on a second connection from a SIGALRM handler (every 200 us) during a loop on the first: both streams whole and in order" },
 	{ "signal-same", c_signal_same, "a SIGALRM handler (every 200 us) calling on the sockets the thread is using: FIONREAD, poll, getsockopt, MSG_PEEK, send back; both directions whole and in order" },
-	{ "signal-actions", c_signal_actions, "sigaction/signal report the application's handlers and flags with DDP sockets open; siginfo reaches an SA_SIGINFO handler" },
+	{ "signal-actions", c_signal_actions, "sigaction/signal report the application's handlers and flags with DDP sockets open, in a forked child too; siginfo reaches an SA_SIGINFO handler" },
 	{ "fd-reuse", c_fd_reuse, "a closed socket's fd number taken by a new socket: calls reach the new one, the old one's peer reads EOF" },
 	{ "eintr", c_eintr, "signal during a blocking read: EINTR; with SA_RESTART the read completes" },
 	{ "fork", c_fork, "fork: child uses the inherited fd as a byte stream, ext calls EOPNOTSUPP, own connection" },
