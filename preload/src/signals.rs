@@ -13,7 +13,9 @@
 //! Not managed (installed as given): `SIG_DFL`, `SIG_IGN`, `SA_RESETHAND` actions (one-shot:
 //! deferring would let the kernel reset the action before the handler ran), the fault signals
 //! and `SIGABRT` ([`ddp_user::sigdefer::managed`]). Not interposed: `sigset`, `sysv_signal`
-//! (one-shot anyway), a raw `rt_sigaction` system call.
+//! (one-shot anyway), a raw `rt_sigaction` system call. `signal` installs with `SA_RESTART`,
+//! glibc's default: a `siginterrupt(sig, 1)` made before it is not seen (one made after it
+//! works: glibc's `siginterrupt` rewrites the installed action's flags).
 
 use libc::{c_int, sighandler_t};
 
