@@ -382,8 +382,17 @@ mod tests {
             install(sig);
             RAN.store(0, Ordering::SeqCst);
             queue_to_self(sig, 11);
+            // Linux delivers a signal a thread sends itself as the system call returns;
+            // valgrind at its scheduler's next look, which makes the counts below (what ran
+            // inside and after a critical section) meaningless there.
+            let synchronous = RAN.load(Ordering::SeqCst) == 1
+                && !std::env::var("LD_PRELOAD").is_ok_and(|v| v.contains("vgpreload"));
             assert_eq!(ran(1), 1, "not run at depth 0");
             assert_eq!(LAST_VALUE.load(Ordering::SeqCst), 11);
+            if !synchronous {
+                eprintln!("signals are delivered late here (valgrind?): deferral not checked");
+                return;
+            }
             {
                 let _c = enter();
                 let _c2 = enter();
