@@ -6,7 +6,8 @@
 # byte; a blocking-socket client too; one connection is captured on lo and scripts/wirecheck
 # must find the bytes inside FPDUs with good CRCs. Then test-apps/py/poll_many.py: 300 DDP
 # connections in one process, each waited on alone with poll() (the first 256 get wait sets,
-# all of them released when the sockets close).
+# all of them released when the sockets close). Then test-apps/py/signal_wait.py: a SIGALRM
+# handler installed before the first DDP socket interrupts a blocking accept and a blocking recv.
 # timeout: 180
 . "$(dirname "$0")/apps-lib.bash"
 
@@ -36,6 +37,14 @@ out=$(EXSOCK_RULES="use ddp tcp_server 127.0.0.1:$mport; use ddp tcp_client 127.
   timeout 90 "$run" python3 "$py/poll_many.py" --port "$mport" --conns 300) \
   || fail "poll_many failed: $out"
 [[ $out == ok:* ]] && ok "poll of one fd each: ${out#ok: }"
+
+say "a signal handler installed before the first DDP socket interrupts blocking accept and recv"
+sport=$(free_port)
+out=$(EXSOCK_RULES="use ddp tcp_server 127.0.0.1:$sport; use ddp tcp_client 127.0.0.1:$sport" \
+  EXSOCK_LOG=debug:"$tmp/signal.log" timeout 30 "$run" python3 "$py/signal_wait.py" --port "$sport") \
+  || fail "signal_wait failed (rc $?): $out"
+[[ $out == ok:* ]] && ok "signals: ${out#ok: }"
+ddp_used "signal_wait" "$tmp/signal.log" 2
 
 say "one connection, captured on lo"
 start_capture echo "$port"
