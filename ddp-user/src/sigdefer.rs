@@ -83,20 +83,8 @@ thread_local! {
 /// signals glibc keeps for itself (32, 33).
 pub fn managed(sig: c_int) -> bool {
     (1..NSIG as c_int).contains(&sig)
-        && ![
-            libc::SIGKILL,
-            libc::SIGSTOP,
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGFPE,
-            libc::SIGILL,
-            libc::SIGTRAP,
-            libc::SIGSYS,
-            libc::SIGABRT,
-            32,
-            33,
-        ]
-        .contains(&sig)
+        && !crate::sys::FAULT_SIGNALS.contains(&sig)
+        && ![libc::SIGKILL, libc::SIGSTOP, libc::SIGABRT, 32, 33].contains(&sig)
 }
 
 /// Records the application's action for `sig` (`handler` is its `sa_handler`/`sa_sigaction`

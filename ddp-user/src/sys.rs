@@ -643,6 +643,17 @@ pub fn getrandom(buf: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// The signals a fault raises on the faulting thread, whose handler must run on the faulting
+/// instruction: never blocked in a library thread, never deferred ([`crate::sigdefer`]).
+pub const FAULT_SIGNALS: [c_int; 6] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGTRAP,
+    libc::SIGSYS,
+];
+
 /// Starts a library thread (the progress thread, the statistics thread) with every
 /// asynchronous signal blocked, so that it never runs the application's signal handlers: a
 /// process-directed signal (`SIGALRM` from `setitimer`, `SIGCHLD`, a `kill` of the pid) goes
@@ -663,14 +674,7 @@ where
     // SAFETY: `block` is a valid sigset_t; the signal numbers are valid.
     unsafe {
         libc::sigfillset(&mut block);
-        for s in [
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGFPE,
-            libc::SIGILL,
-            libc::SIGTRAP,
-            libc::SIGSYS,
-        ] {
+        for s in FAULT_SIGNALS {
             libc::sigdelset(&mut block, s);
         }
     }

@@ -2433,6 +2433,48 @@ static int c_msg_io(void)
 	return 0;
 }
 
+/* The signal cases' main loop: 100-byte round trips c -> s for 300 ms with SIGALRM every
+ * 200 us from setitimer (bounded by 200,000 rounds and 3 s); the timer is stopped before it
+ * returns. Fails if fewer than 200 rounds ran. */
+static int alarmed_round_trips(int c, int s, uint64_t seed, int *rounds)
+{
+	struct itimerval it = { { 0, 200 }, { 0, 200 } }, off = { { 0, 0 }, { 0, 0 } };
+	REQE(setitimer(ITIMER_REAL, &it, NULL) == 0, "setitimer");
+	uint64_t t0 = xs_now_ns(), dl = xs_deadline(3000);
+	int n = 0, rc = 0;
+	while (xs_now_ns() - t0 < 300 * 1000000ull && n < 200000 && xs_ms_left(dl) > 0 && rc == 0) {
+		uint64_t at = (uint64_t)n * 100;
+		rc = put(c, 100, seed, at, "main loop, out");
+		if (rc == 0)
+			rc = get(s, 100, seed, at, "main loop, in");
+		n++;
+	}
+	setitimer(ITIMER_REAL, &off, NULL);
+	*rounds = n;
+	TRY(rc);
+	REQ(n >= 200, "only %d rounds in 300 ms", n);
+	return 0;
+}
+
+/* Reads what a handler sent on fd (one byte of a counter each, counting from *got) until
+ * `sent` bytes arrived, each checked in order; bounded by WAIT_MS. */
+static int drain_counter(int fd, uint32_t sent, uint32_t *got)
+{
+	uint64_t dl = xs_deadline(WAIT_MS);
+	while (*got < sent && xs_ms_left(dl) > 0) {
+		if (wait_ev(fd, POLLIN, xs_ms_left(dl)) <= 0)
+			break;
+		uint8_t in[256];
+		ssize_t r = recv(fd, in, sizeof in, MSG_DONTWAIT);
+		for (ssize_t i = 0; i < r; i++) {
+			REQ(in[i] == (uint8_t)*got, "handler's byte %u: %u", (unsigned)*got, in[i]);
+			(*got)++;
+		}
+	}
+	REQ(*got == sent, "the handler sent %u bytes, %u arrived", (unsigned)sent, (unsigned)*got);
+	return 0;
+}
+
 /* I/O from a signal handler on a second connection while this thread keeps calling on its
  * first: SIGALRM every 200 us, the handler writes one byte of a counter on one end and reads
  * what arrived on the other (both non-blocking). The handler's calls come between the main
@@ -2479,42 +2521,18 @@ static int c_signal_io(void)
 	struct sigaction sa = { .sa_handler = on_alrm_io, .sa_flags = SA_RESTART }, old;
 	sigemptyset(&sa.sa_mask);
 	REQE(sigaction(SIGALRM, &sa, &old) == 0, "sigaction");
-	struct itimerval it = { { 0, 200 }, { 0, 200 } }, off = { { 0, 0 }, { 0, 0 } };
-	REQE(setitimer(ITIMER_REAL, &it, NULL) == 0, "setitimer");
-	/* 300 ms of round trips (about 1,500 signals), bounded by count and by 3 s */
-	uint64_t seed = xs_seed(81, 82, 83), t0 = xs_now_ns(), dl = xs_deadline(3000);
-	int rounds = 0, rc = 0;
-	while (xs_now_ns() - t0 < 300 * 1000000ull && rounds < 200000 && xs_ms_left(dl) > 0 &&
-	       rc == 0) {
-		uint64_t at = (uint64_t)rounds * 100;
-		rc = put(c, 100, seed, at, "main connection, out");
-		if (rc == 0)
-			rc = get(s, 100, seed, at, "main connection, in");
-		rounds++;
-	}
-	setitimer(ITIMER_REAL, &off, NULL);
+	/* 300 ms of round trips (about 1,500 signals) */
+	int rounds = 0;
+	int rc = alarmed_round_trips(c, s, xs_seed(81, 82, 83), &rounds);
 	sigaction(SIGALRM, &old, NULL);
 	TRY(rc);
-	REQ(rounds >= 200, "only %d rounds in 300 ms", rounds);
 	REQ(sig_io_runs >= 100, "the handler ran only %d times in 300 ms", (int)sig_io_runs);
 	REQ(!sig_io_elsewhere, "the handler ran %d times on a thread other than the application's",
 	    (int)sig_io_elsewhere);
 	REQ(!sig_io_bad, "the handler's connection delivered a byte out of order");
 	/* the rest of the handler's bytes, read here */
-	uint64_t dl2 = xs_deadline(WAIT_MS);
-	while (sig_io_got < sig_io_sent && xs_ms_left(dl2) > 0) {
-		if (wait_ev(s2, POLLIN, xs_ms_left(dl2)) <= 0)
-			break;
-		uint8_t in[256];
-		ssize_t r = recv(s2, in, sizeof in, MSG_DONTWAIT);
-		for (ssize_t i = 0; i < r; i++) {
-			REQ(in[i] == (uint8_t)sig_io_got, "handler's byte %u: %u", (unsigned)sig_io_got,
-			    in[i]);
-			sig_io_got++;
-		}
-	}
-	REQ(sig_io_got == sig_io_sent, "the handler sent %u bytes, %u arrived", (unsigned)sig_io_sent,
-	    (unsigned)sig_io_got);
+	uint32_t got = sig_io_got;
+	TRY(drain_counter(s2, sig_io_sent, &got));
 	note("%d round trips, the handler ran %d times and moved %u bytes", rounds, (int)sig_io_runs,
 	     (unsigned)sig_io_sent);
 	TRY(both_ways(c, s, "main connection after the signals"));
@@ -2583,41 +2601,17 @@ static int c_signal_same(void)
 	sig_same_runs = sig_same_bad = 0;
 	sig_same_sent = 0;
 	sig_same_tid = (pid_t)syscall(SYS_gettid);
-	struct itimerval it = { { 0, 200 }, { 0, 200 } }, off = { { 0, 0 }, { 0, 0 } };
-	REQE(setitimer(ITIMER_REAL, &it, NULL) == 0, "setitimer");
-	uint64_t seed = xs_seed(91, 92, 93), t0 = xs_now_ns(), dl = xs_deadline(3000);
-	int rounds = 0, rc = 0;
-	while (xs_now_ns() - t0 < 300 * 1000000ull && rounds < 200000 && xs_ms_left(dl) > 0 &&
-	       rc == 0) {
-		uint64_t at = (uint64_t)rounds * 100;
-		rc = put(c, 100, seed, at, "c to s");
-		if (rc == 0)
-			rc = get(s, 100, seed, at, "c to s, in");
-		rounds++;
-	}
-	setitimer(ITIMER_REAL, &off, NULL);
+	int rounds = 0;
+	int rc = alarmed_round_trips(c, s, xs_seed(91, 92, 93), &rounds);
 	sigaction(SIGALRM, &old, NULL);
 	TRY(rc);
-	REQ(rounds >= 200, "only %d rounds in 300 ms", rounds);
 	REQ(sig_same_runs >= 100, "the handler ran only %d times in 300 ms", (int)sig_same_runs);
 	REQ(!(sig_same_bad & 1), "the handler ran on a thread other than the application's");
 	REQ(!sig_same_bad, "a call in the handler failed (bits %d: 2 FIONREAD, 4 poll, 8 SO_ERROR, "
 			   "16 DDP_CONN_INFO, 32 MSG_PEEK)", (int)sig_same_bad);
 	/* the handler's bytes, s to c, whole and in order */
 	uint32_t got = 0;
-	uint64_t dl2 = xs_deadline(WAIT_MS);
-	while (got < sig_same_sent && xs_ms_left(dl2) > 0) {
-		if (wait_ev(c, POLLIN, xs_ms_left(dl2)) <= 0)
-			break;
-		uint8_t in[256];
-		ssize_t r = recv(c, in, sizeof in, MSG_DONTWAIT);
-		for (ssize_t i = 0; i < r; i++) {
-			REQ(in[i] == (uint8_t)got, "handler's byte %u: %u", (unsigned)got, in[i]);
-			got++;
-		}
-	}
-	REQ(got == sig_same_sent, "the handler sent %u bytes, %u arrived", (unsigned)sig_same_sent,
-	    (unsigned)got);
+	TRY(drain_counter(c, sig_same_sent, &got));
 	note("%d round trips, the handler ran %d times on the same sockets and sent %u bytes back",
 	     rounds, (int)sig_same_runs, (unsigned)sig_same_sent);
 	TRY(both_ways(c, s, "after the signals"));
