@@ -449,8 +449,7 @@ fn tcp_entry(w: &ddp_user::PollWait) -> pollfd {
 
 /// The time left of a `poll`'s timeout for each of its kernel waits: the first takes the
 /// timeout as given (the deadline is dated just before it), the others what is left then.
-/// The deadline is on the coarse clock (`ddp_user::sys::Deadline`: cheaper to read, the
-/// later waits end at most two ticks late); a kernel wait that times out ends the call.
+/// (`ddp_user::sys::Deadline`); a kernel wait that times out ends the call.
 struct TimeLeft {
     timeout: Option<core::time::Duration>,
     deadline: Option<ddp_user::sys::Deadline>,

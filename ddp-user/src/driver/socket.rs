@@ -1478,8 +1478,8 @@ impl DdpSocket {
             return Ok(n);
         }
         // The clock is read only when this thread is about to block (once per wait on the
-        // latency path, not three times, and the coarse one: `sys::Deadline`): the timeout
-        // counts from there, a round of progress (microseconds) later than the call.
+        // latency path, not three times: `sys::Deadline`): the timeout counts from there, a
+        // round of progress (microseconds) later than the call.
         let mut deadline: Option<sys::Deadline> = None;
         let mut timed_out = false;
         let mut g = Inline::enter(sh);
