@@ -117,3 +117,43 @@ fn announced_input_stays_armed_until_reported_again() {
         assert!(recv_exact(&b, MSG) == body, "the last message differs");
     });
 }
+
+/// A new connection's stream starts in the large-FPDU mode: after a short exchange (a small
+/// message, as a handshake brings), its first large message is announced to the reader with
+/// only its header read and placed straight into the reader's buffer by its `recv`. Started
+/// small, the group's service read it into a buffer of the engine (1,000 connections
+/// starting at once held 64 MB so, and their peers saw zero windows: docs/performance.md,
+/// "Session 47").
+#[test]
+fn a_new_stream_s_first_large_message_is_left_for_its_reader() {
+    bounded(60, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        let g = EpollGroup::new().expect("an epoll group");
+        g.add(&b);
+        let _visit = g.enter();
+        let hello = pattern(32, 77);
+        send_all(&a, &hello);
+        assert!(
+            recv_exact(&b, hello.len()) == hello,
+            "the small message differs"
+        );
+        let body = pattern(MSG, 78);
+        send_all(&a, &body);
+        let ids = wait_reported(&g, &b, MSG + 2 * 24);
+        assert!(ids.contains(&b.id()), "reported {ids:?}");
+        let before = inq(b.tcp_fd());
+        assert!(g.service(b.id(), true), "announced to the reader");
+        assert!(
+            inq(b.tcp_fd()) + 64 >= before && inq(b.tcp_fd()) > MSG / 2,
+            "the payload was read into the engine ({before} -> {})",
+            inq(b.tcp_fd())
+        );
+        assert!(recv_exact(&b, MSG) == body, "the large message differs");
+        let placed = b.info().unwrap().placed_direct as usize;
+        assert!(
+            placed >= MSG / 2,
+            "{placed} octets placed straight into the reader's buffer"
+        );
+    });
+}

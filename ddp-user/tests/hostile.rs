@@ -397,6 +397,23 @@ fn recv_exactly(v: &DdpSocket, buf: &mut [u8]) {
     assert_eq!(n, buf.len(), "{n} of {} octets", buf.len());
 }
 
+/// Small Sends enough to end the large-FPDU mode a stream starts in
+/// (`ConnState::large_stream`), read back and checked: the rounds a test counts after this
+/// find the socket as a small-message exchange leaves it.
+fn settle_small_stream(h: &mut Hostile, v: &DdpSocket) {
+    for k in 0..4u64 {
+        let body = pattern(24, 0x5e77 + k);
+        let msn = h.send_msn;
+        h.send_msn += 1;
+        let hb = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, true));
+        let f = h.frame(&[&hb, &body]);
+        h.s.write_all(&f).unwrap();
+        let mut got = vec![0u8; body.len()];
+        recv_exactly(v, &mut got);
+        assert!(got == body, "settling Send {k}: content differs");
+    }
+}
+
 /// Waits (5 s, scaled) until `fd` is readable; `what` names what should arrive.
 fn wait_readable(fd: i32, what: &str) {
     let mut p = libc::pollfd {
@@ -710,6 +727,45 @@ fn small_sends_wire(h: &mut Hostile, bodies: &[Vec<u8>], end: SmallEnd) -> (Vec<
     (wire, late)
 }
 
+/// A new connection's stream starts in the large-FPDU mode (`ConnState::large_stream`), in
+/// which a poll reads a header first and leaves the payload for the reader; small Sends read
+/// so end that mode after four, and from then on a poll round takes them whole in one step.
+/// (The headers read by the poll were not counted once: the mode never ended, a 64 B round
+/// trip paid a `recvmsg` more.)
+fn small_sends_after_a_poll_end_the_large_mode(role: Role) {
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    const ROUNDS: usize = 10;
+    for r in 0..ROUNDS {
+        let body = pattern(40 + r, 0x77 + r as u64);
+        let msn = h.send_msn;
+        h.send_msn += 1;
+        let hb = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, true));
+        let f = h.frame(&[&hb, &body]);
+        let pw = v.poll_wait().expect("open connection: a poll wait");
+        h.s.write_all(&f).unwrap();
+        wait_readable(pw.tcp_fd(), "the Send arrives");
+        assert!(pw.service(), "round {r}: stream data held for the reader");
+        drop(pw);
+        let mut got = vec![0u8; body.len()];
+        recv_exactly(&v, &mut got);
+        assert!(got == body, "round {r}: content differs");
+    }
+    let taken = v.counters().unwrap().rx_small_rounds;
+    assert!(
+        taken >= (ROUNDS - 4) as u64,
+        "{taken} of the last {} rounds taken in one step",
+        ROUNDS - 4
+    );
+    drop(v);
+    bench.finish();
+}
+
+both_roles!(
+    small_sends_after_a_poll_end_the_large_mode,
+    small_sends_after_a_poll_end_the_large_mode
+);
+
 /// Small stream messages as a request-response exchange brings them: a poll round takes the
 /// FPDUs that are whole plain Sends in one step (`ConnState::small_round`) and leaves what
 /// follows them in the same read to the general round. Every byte of the good Sends arrives
@@ -718,6 +774,7 @@ fn small_sends_wire(h: &mut Hostile, bodies: &[Vec<u8>], end: SmallEnd) -> (Vec<
 fn poll_round_small_sends(role: Role, end: SmallEnd) {
     let bench = Bench::default(role);
     let (mut h, v) = bench.establish();
+    settle_small_stream(&mut h, &v);
     let (rounds, good) = (end.rounds(), end.good());
     let before = v.counters().unwrap().rx_small_rounds;
     let reader = |want: &[u8]| {
@@ -793,6 +850,7 @@ fn posted_round_small_sends(role: Role, end: SmallEnd) {
     const BUF: usize = 128;
     let bench = Bench::default(role);
     let (mut h, v) = bench.establish();
+    settle_small_stream(&mut h, &v);
     let (rounds, good) = (end.rounds(), end.good());
     let before = v.counters().unwrap().rx_small_rounds;
     for r in 0..rounds {

@@ -154,8 +154,10 @@ const SMALL_READ: usize = 256;
 /// (one `recvmsg` each, with the next header); smaller ones are copied out of large buffered
 /// reads, which carry many of them. Session 39 raised it from 16 KiB, with [`DIRECT_MIN`]:
 /// a 16–24 KiB ping-pong with plain calls went from 1.39–1.85× TCP to 1.29–1.42×, stream
-/// bandwidth with 16–64 KiB writes unchanged.
-const STREAM_DIRECT_MIN: usize = 32 << 10;
+/// bandwidth with 16–64 KiB writes unchanged. (64 octets under 32 KiB: the FPDUs of a
+/// connection's first 32 KiB segments, whose ULPDU is 32,762 octets on loopback, where TCP
+/// starts with an MSS of half the first window, count as large: session 47.)
+const STREAM_DIRECT_MIN: usize = (32 << 10) - 64;
 /// Bytes sent before the EMSS is asked again the first time ([`ConnState::recheck_mss`]);
 /// then at twice as much, [`MSS_CHECKS`] times in all (the last at 8 GiB).
 const MSS_CHECK_FIRST: u64 = 128 << 10;
@@ -870,6 +872,15 @@ pub(crate) struct ConnState {
     inq_fresh: bool,
     /// The stream's FPDUs were large lately (see [`STREAM_DIRECT_MIN`]): a reader's
     /// receive reads a header first, so that the payload can go straight into its buffer.
+    /// A stream starts so ([`SMALL_RUN_END`] small FPDUs end it, so a short exchange
+    /// before bulk data does not). Starting small, each socket's first input was a 64 KiB
+    /// buffered read that a poll or an epoll group's service kept for the reader; 1,000
+    /// connections starting at once thus held 64 MB of fresh buffers (page faults, copies)
+    /// while their peers' windows closed (about 2,000 zero windows and 3,000 spurious loss
+    /// probes in the first half second of `xs-conns -n 1000`, and BBR left its start-up on
+    /// half of the senders' connections for good). Starting large, the first read is the
+    /// reader's own; a small-message stream pays a header read on each of its first
+    /// messages, until the mode ends (docs/performance.md, "Session 47").
     large_stream: bool,
     /// In `Engine::held` (see `Shared::mark_held`).
     pub(crate) in_held: bool,
@@ -1011,7 +1022,7 @@ impl ConnState {
             hold: false,
             announced: false,
             announces: 0,
-            large_stream: false,
+            large_stream: true,
             spare_refs: Vec::new(),
             in_held: false,
             small_run: 0,
@@ -2544,6 +2555,19 @@ impl ConnState {
                 self.backlog.push(core::mem::take(&mut mem.overflow));
                 self.bytes_rx += mem.stream_bytes;
                 self.rx_counts.reads += 1;
+                // (the header says what its FPDU is: a small one counts toward the end of
+                // the large mode as a buffered read of it would, `read_shape`; the reader's
+                // read of the rest finds no header of it to count)
+                match conn.rx_ulpdu_len() {
+                    Some(l) if l >= STREAM_DIRECT_MIN => self.small_run = 0,
+                    Some(_) => {
+                        self.small_run += 1;
+                        if self.small_run >= SMALL_RUN_END {
+                            self.large_stream = false;
+                        }
+                    }
+                    None => {}
+                }
                 match conn.stream_fpdu_left() {
                     // (the kernel has just said what it has: not asked again)
                     Some(left) if plain && self.inq_fresh => return self.inq_floor >= left,
