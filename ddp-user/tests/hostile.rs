@@ -403,11 +403,7 @@ fn recv_exactly(v: &DdpSocket, buf: &mut [u8]) {
 fn settle_small_stream(h: &mut Hostile, v: &DdpSocket) {
     for k in 0..4u64 {
         let body = pattern(24, 0x5e77 + k);
-        let msn = h.send_msn;
-        h.send_msn += 1;
-        let hb = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, true));
-        let f = h.frame(&[&hb, &body]);
-        h.s.write_all(&f).unwrap();
+        h.send(&body);
         let mut got = vec![0u8; body.len()];
         recv_exactly(v, &mut got);
         assert!(got == body, "settling Send {k}: content differs");
@@ -738,12 +734,8 @@ fn small_sends_after_a_poll_end_the_large_mode(role: Role) {
     const ROUNDS: usize = 10;
     for r in 0..ROUNDS {
         let body = pattern(40 + r, 0x77 + r as u64);
-        let msn = h.send_msn;
-        h.send_msn += 1;
-        let hb = emit(&RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, true));
-        let f = h.frame(&[&hb, &body]);
         let pw = v.poll_wait().expect("open connection: a poll wait");
-        h.s.write_all(&f).unwrap();
+        h.send(&body);
         wait_readable(pw.tcp_fd(), "the Send arrives");
         assert!(pw.service(), "round {r}: stream data held for the reader");
         drop(pw);
