@@ -54,13 +54,31 @@ fn wait_reported(g: &EpollGroup, b: &DdpSocket, bytes: usize) -> Vec<u64> {
     ready_now(g)
 }
 
+/// A connected pair whose receiving side `b` is in a new epoll group.
+fn grouped_pair() -> (DdpSocket, DdpSocket, EpollGroup) {
+    let o = Options::default();
+    let (a, b) = pair(&o, &o);
+    let g = EpollGroup::new().expect("an epoll group");
+    g.add(&b);
+    (a, b, g)
+}
+
+/// Serves `b`'s reported input and checks it was announced to the reader with only the next
+/// header read: the payload waits in the kernel for the reader's `recv`.
+fn announced_with_the_payload_left(g: &EpollGroup, b: &DdpSocket, what: &str) {
+    let before = inq(b.tcp_fd());
+    assert!(g.service(b.id(), true), "{what}: announced to the reader");
+    assert!(
+        inq(b.tcp_fd()) + 64 >= before && inq(b.tcp_fd()) > MSG / 2,
+        "{what}: the payload was read into the engine ({before} -> {})",
+        inq(b.tcp_fd())
+    );
+}
+
 #[test]
 fn announced_input_stays_armed_until_reported_again() {
     bounded(60, || {
-        let o = Options::default();
-        let (a, b) = pair(&o, &o);
-        let g = EpollGroup::new().expect("an epoll group");
-        g.add(&b);
+        let (a, b, g) = grouped_pair();
         // An application thread waits on the group: the progress thread leaves it alone.
         let _visit = g.enter();
         // Two large messages read first: a large stream from then on.
@@ -77,17 +95,7 @@ fn announced_input_stays_armed_until_reported_again() {
             send_all(&a, &body);
             let ids = wait_reported(&g, &b, wire);
             assert!(ids.contains(&b.id()), "message {seed}: reported {ids:?}");
-            let before = inq(b.tcp_fd());
-            assert!(
-                g.service(b.id(), true),
-                "message {seed}: announced to the reader"
-            );
-            // Only the next header was read: the payload waits for the reader's recv.
-            assert!(
-                inq(b.tcp_fd()) + 64 >= before && inq(b.tcp_fd()) > MSG / 2,
-                "message {seed}: the payload was read into the engine ({before} -> {})",
-                inq(b.tcp_fd())
-            );
+            announced_with_the_payload_left(&g, &b, &format!("message {seed}"));
             // Still armed (level-triggered): reported again while the reader has not come.
             assert!(
                 ready_now(&g).contains(&b.id()),
@@ -127,10 +135,7 @@ fn announced_input_stays_armed_until_reported_again() {
 #[test]
 fn a_new_stream_s_first_large_message_is_left_for_its_reader() {
     bounded(60, || {
-        let o = Options::default();
-        let (a, b) = pair(&o, &o);
-        let g = EpollGroup::new().expect("an epoll group");
-        g.add(&b);
+        let (a, b, g) = grouped_pair();
         let _visit = g.enter();
         let hello = pattern(32, 77);
         send_all(&a, &hello);
@@ -142,13 +147,7 @@ fn a_new_stream_s_first_large_message_is_left_for_its_reader() {
         send_all(&a, &body);
         let ids = wait_reported(&g, &b, MSG + 2 * 24);
         assert!(ids.contains(&b.id()), "reported {ids:?}");
-        let before = inq(b.tcp_fd());
-        assert!(g.service(b.id(), true), "announced to the reader");
-        assert!(
-            inq(b.tcp_fd()) + 64 >= before && inq(b.tcp_fd()) > MSG / 2,
-            "the payload was read into the engine ({before} -> {})",
-            inq(b.tcp_fd())
-        );
+        announced_with_the_payload_left(&g, &b, "the first large message");
         assert!(recv_exact(&b, MSG) == body, "the large message differs");
         let placed = b.info().unwrap().placed_direct as usize;
         assert!(
