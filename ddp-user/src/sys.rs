@@ -806,7 +806,7 @@ mod tests {
         let since = start.elapsed();
         assert!(left + since >= t, "left {left:?} after {since:?}");
         assert!(left <= t, "left {left:?}");
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20)); // (time passing is what is checked)
         let later = d.left();
         assert!(
             later + start.elapsed() >= t && later <= t - Duration::from_millis(20),
