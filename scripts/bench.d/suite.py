@@ -89,6 +89,16 @@ def bw(mode, size, s=None):
         return None, None
     return row(r[0], size, 3), r[1]
 
+# RDMA latency (xs-rdmalat): read = one RDMA Read, post to completion (ib_read_lat); write =
+# the round trip of an RDMA Write + Send each way (ib_write_lat's ping-pong; it prints half).
+LAT_SIZES = [x for x in sizes if nbytes(x) <= (1 << 20)]
+
+def rdmalat(mode, size):
+    iters = max(200, min(20000, (2000 if a.quick else 10000) * 64 // max(nbytes(size), 64)))
+    r = pair("xs-rdmalat", True, RTT_CPU, RTT_CPU, [],
+             ["-m", mode, "-S", size, "-n", str(iters), "-w", str(max(20, iters // 20))])
+    return r and row(r[0], size, 2)
+
 def rdbw():
     r = pair("ddp-readbw", True, BW_CPUS[1], BW_CPUS[0], [], ["-S", "1M", "-W", "64", "-T", str(secs), "-w", "2"])
     return r and row(r[0], "1M", 3)
@@ -175,6 +185,11 @@ for r in range(runs):
                 add(("rdma", "write", "1M"), bw("write", "1M")[0])
                 add(("rdma", "read", "1M"), rdbw())
                 log(f"  rdma write/read 1M: {samples[('rdma', 'write', '1M')][-1]} / {samples[('rdma', 'read', '1M')][-1]} MB/s")
+                for m in ("write", "read"):
+                    for sz in LAT_SIZES:
+                        add(("rdmalat", m, sz), rdmalat(m, sz))
+                log("  rdma latency 64 B write/read: " + " / ".join(
+                    f"{samples[('rdmalat', m, '64')][-1]}" for m in ("write", "read")) + " µs")
         if "conns" in only or "cpu" in only:
             mode = "tcp" if side == "tcp" else "ddp"
             for n in (conn_counts if "conns" in only else [1]):
@@ -266,6 +281,23 @@ if "rtt" in only or "bw" in only:
 if "rdma" in only:
     targets.append(("RDMA Write 1 MiB (× TCP 1 MiB)", ratio(("rdma", "write", "1M"), ("bw", "tcp", "1M")), ">=", 0.95))
     targets.append(("RDMA Read 1 MiB (× TCP 1 MiB)", ratio(("rdma", "read", "1M"), ("bw", "tcp", "1M")), None, None))
+if "rdma" in only:
+    lines += ["## RDMA latency (µs, medians)", "",
+              "`xs-rdmalat`, client and server on CPU 0 as the ping-pong. RDMA Read: one Read, post to "
+              "completion (what ib_read_lat measures; the server's application waits in a blocking read "
+              "meanwhile). RDMA Write: the round trip of a Write followed by a Send that announces it, "
+              "each way (iWARP has no Write with Immediate; ib_write_lat's ping-pong, which prints half "
+              "of it). Every byte read or written is verified, outside the samples. Beside them the "
+              "ping-pong round trips of the same size (TCP, and DDP Sends into posted receives).", "",
+              "| size | RTT TCP | RTT DDP Send (ext) | RDMA Write + Send RTT | × TCP | RDMA Read | × TCP |",
+              "|---:|---:|---:|---:|---:|---:|---:|"]
+    for sz in LAT_SIZES:
+        lines.append(f"| {sz} | {fmt(med(('rtt','tcp',sz)))} | {fmt(med(('rtt','ext',sz)))} | "
+                     f"{fmt(med(('rdmalat','write',sz)))} | {fmt(ratio(('rdmalat','write',sz),('rtt','tcp',sz)))} | "
+                     f"{fmt(med(('rdmalat','read',sz)))} | {fmt(ratio(('rdmalat','read',sz),('rtt','tcp',sz)))} |")
+    lines.append("")
+    targets.append(("RDMA Write + Send round trip 64 B (× TCP RTT)", ratio(("rdmalat", "write", "64"), ("rtt", "tcp", "64")), None, None))
+    targets.append(("RDMA Read 64 B (× TCP RTT)", ratio(("rdmalat", "read", "64"), ("rtt", "tcp", "64")), None, None))
 if "rate" in only:
     rms = ["tcp"] + RATE_DDP_MODES
     lines += ["## 64 B message rate (M messages/s; CPU µs per message, both processes)", "",
@@ -339,8 +371,11 @@ try:
         if kind not in only:
             continue
         plt.figure(figsize=(7, 4.5))
-        for mode, lab in (("tcp", "TCP"), ("ddp", "DDP, plain calls"), ("ext", "DDP, extension calls")):
-            ys = [med((kind, mode, s)) for s in sizes]
+        curves = [(kind, "tcp", "TCP"), (kind, "ddp", "DDP, plain calls"), (kind, "ext", "DDP, extension calls")]
+        if kind == "rtt" and "rdma" in only:
+            curves += [("rdmalat", "write", "RDMA Write + Send"), ("rdmalat", "read", "RDMA Read")]
+        for k0, mode, lab in curves:
+            ys = [med((k0, mode, s)) for s in sizes]
             pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
             if pts:
                 plt.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=lab)

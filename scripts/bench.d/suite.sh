@@ -8,6 +8,8 @@
 #              plus 64 B in close triplets (TCP, plain, ext back to back) for the targets
 #     bw       window bandwidth (64 messages in flight), sizes 1 B .. 4 MiB: xs-bw -m tcp | ddp | ext
 #     rdma     RDMA Write (xs-bw -m write) and Read (ddp-readbw) 1 MiB, vs TCP 1 MiB writes
+#              and RDMA latency up to 1 MiB (xs-rdmalat: a Read, post to completion; the round
+#              trip of an RDMA Write + Send each way), beside the ping-pong round trips
 #     rate     64 B message rate (xs-rate: tcp, ddp plain, posted Sends with DDP_MORE, one Send per syscall)
 #     conns    aggregate stream throughput with 1, 10, 100 and 1000 concurrent connections:
 #              xs-conns, one single-threaded epoll process per side, 64 KiB writes, content
@@ -38,5 +40,5 @@ if [ -z "${EXSOCK_LIB:-}" ]; then
   EXSOCK_LIB=$CARGO_TARGET_DIR/release/libexsock.so
 fi
 apps=$CARGO_TARGET_DIR/test-apps
-make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" "$apps/xs-pingpong" "$apps/xs-bw" "$apps/xs-rate" "$apps/ddp-readbw" "$apps/xs-conns" >&2
+make -s -C "$EXSOCK_ROOT/test-apps" OUT="$apps" "$apps/xs-pingpong" "$apps/xs-bw" "$apps/xs-rate" "$apps/ddp-readbw" "$apps/xs-conns" "$apps/xs-rdmalat" >&2
 exec "$py" "$(dirname "$0")/suite.py" --lib "$EXSOCK_LIB" --apps "$apps" --out "$EXSOCK_ROOT/bench-results" "$@"

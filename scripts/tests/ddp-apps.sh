@@ -2,7 +2,8 @@
 # ddp-apps: the extension-API test programs (test-apps/xs) end to end over 127.0.0.1 under
 # libexsock.so, every transfer verified by content:
 #  - xs-rdma (RDMA Write, Read back, Read of server data), xs-pingpong ddp/ext, xs-bw
-#    ddp/ext/write, at sizes 0, 1, 4095, 4096, 65536, 1 MiB + 1 and 16 MiB;
+#    ddp/ext/write, xs-rdmalat read/write (RDMA Read; RDMA Write + Send ping-pong), at sizes 0,
+#    1, 4095, 4096, 65536, 1 MiB + 1 and 16 MiB;
 #  - MPA variants: CRC on/off, markers on/off, MPA revision 1 and 2, peer-to-peer RTR (Write,
 #    Read) — set through the programs' -K / XS_* environment and checked in the
 #    EXSOCK_LOG=debug line of the negotiated connection;
@@ -102,6 +103,9 @@ pair pingpong-ext xs-pingpong "-m ddp" "-m ext -S $SIZES -n 3 -w 1"
 for m in ddp ext write; do
   pair "bw-$m" xs-bw "-m ddp" "-m $m -S $SIZES -n 3 -W 8 -V"
 done
+for m in read write; do
+  pair "rdmalat-$m" xs-rdmalat "" "-m $m -S $SIZES -n 3 -w 1"
+done
 
 # 2. MPA variants (checked in the negotiated-connection log line)
 pair rdma-crc0 xs-rdma "-K 0" "-K 0 -S $SIZES -C 1" 'CRC off, markers tx 0 rx 0'
@@ -112,6 +116,8 @@ XS_MPA_REV=1 pair rdma-rev1 xs-rdma "" "-S $SIZES -C 1" 'MPA rev 1, '
 XS_MPA_REV=1 XS_MARKERS=1 pair pingpong-rev1-markers xs-pingpong "-m ddp" "-m ext -S $SIZES -n 2 -w 1" 'MPA rev 1, CRC on, markers tx 1 rx 1'
 XS_P2P=1 pair rdma-p2p-write xs-rdma "" "-S $SIZES -C 1" 'p2p 1 rtr 0x1'
 XS_P2P=2 pair bw-p2p-read xs-bw "-m ddp" "-m ext -S $SIZES -n 2 -W 4 -V" 'p2p 1 rtr 0x2'
+XS_MARKERS=1 XS_CRC=0 pair rdmalat-write-markers-crc0 xs-rdmalat "" "-m write -S $SIZES -n 2 -w 1" 'CRC off, markers tx 1 rx 1'
+XS_MPA_REV=1 pair rdmalat-read-rev1 xs-rdmalat "" "-m read -S $SIZES -n 2 -w 1" 'MPA rev 1, '
 
 # 3. several connections, several threads, a seeded random mix
 pair transact-seed1 xs-transact "" "-n 6 -T 3 -i 100 -r 1 -S 1048576 -k 6"

@@ -150,11 +150,12 @@ static int client(int fd, const struct xs_plan *p, int verify_all)
 						xs_msg("no Read completion within %d ms", xs_timeout_ms);
 					return -1;
 				}
-				char d[160];
-				xs_wc_describe(&wc, d, sizeof d);
 				if (wc.status != DDP_WC_SUCCESS || wc.opcode != DDP_WC_OP_READ || wc.wr_id != k ||
 				    wc.byte_len != size) {
-					xs_msg("unexpected completion (expected READ wr_id %u len %u): %s", k, size, d);
+					char w[96];
+					snprintf(w, sizeof w, "unexpected completion (expected READ wr_id %u len %u)",
+						 k, size);
+					xs_wc_complain(w, &wc);
 					return -1;
 				}
 				const uint8_t *b = pool + (size_t)k * size;

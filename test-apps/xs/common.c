@@ -693,6 +693,13 @@ void xs_wc_describe(const struct ddp_wc *wc, char *buf, size_t len)
 		 wc->flags & DDP_WC_WITH_INV ? " with-inv" : "");
 }
 
+void xs_wc_complain(const char *what, const struct ddp_wc *wc)
+{
+	char d[160];
+	xs_wc_describe(wc, d, sizeof d);
+	xs_msg("%s: %s", what, d);
+}
+
 #define POST_RETRY(call)                                                                      \
 	do {                                                                                  \
 		uint64_t dl_ = 0; /* (the clock only once the queue was full) */               \
@@ -754,6 +761,38 @@ void *xs_alloc(size_t len)
 	return p;
 }
 
+/* ---- latency samples ------------------------------------------------------------------------ */
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+void xs_print_lat_header(const char *mode, const char *what)
+{
+	printf("%-8s %8s %12s %12s %12s %12s   (%s mode, %s, in microseconds)\n", "size", "iters",
+	       "median_us", "p99_us", "min_us", "mean_us", mode, what);
+}
+
+void xs_print_lat_row(uint32_t size, uint64_t *ns, uint64_t n)
+{
+	if (n == 0)
+		return;
+	qsort(ns, n, sizeof *ns, cmp_u64);
+	uint64_t sum = 0;
+	for (uint64_t i = 0; i < n; i++)
+		sum += ns[i];
+	uint64_t p99i = (n * 99 + 99) / 100;
+	if (p99i > 0)
+		p99i--;
+	if (p99i >= n)
+		p99i = n - 1;
+	char sb[32];
+	printf("%-8s %8llu %12.2f %12.2f %12.2f %12.2f\n", xs_fmt_size(size, sb), (unsigned long long)n,
+	       ns[(n - 1) / 2] / 1e3, ns[p99i] / 1e3, ns[0] / 1e3, (double)sum / (double)n / 1e3);
+}
+
 /* ---- plan ------------------------------------------------------------------------------------- */
 
 const char *xs_mode_name(uint32_t m)
@@ -763,6 +802,7 @@ const char *xs_mode_name(uint32_t m)
 	case XS_DDP: return "ddp";
 	case XS_EXT: return "ext";
 	case XS_WRITE: return "write";
+	case XS_READ: return "read";
 	default: return "?";
 	}
 }

@@ -90,6 +90,13 @@ int xs_check_sampled(const void *buf, size_t len, uint64_t seed, uint64_t off, i
 void xs_report_mismatch(const char *what, const void *buf, size_t len, uint64_t seed,
 			uint64_t off, size_t bad);
 
+/* ---- latency samples ------------------------------------------------------------------
+ * The table of xs-pingpong and xs-rdmalat: a header naming the mode and what a sample is,
+ * then per size "size iters median_us p99_us min_us mean_us" (the samples in ns, sorted in
+ * place). */
+void xs_print_lat_header(const char *mode, const char *what);
+void xs_print_lat_row(uint32_t size, uint64_t *ns, uint64_t n);
+
 /* ---- sockets ---------------------------------------------------------------------------- */
 struct xs_ddpopt {
 	int ddp;      /* set DDP_MODE */
@@ -146,6 +153,9 @@ const char *xs_wc_status_str(uint32_t status);
 const char *xs_wc_opcode_str(uint32_t op);
 /* "RECV wr_id 5 status REM_ACCESS_ERR vendor_err 0x020102 len 0" */
 void xs_wc_describe(const struct ddp_wc *wc, char *buf, size_t len);
+/* xs_msg("<what>: <the completion described>"). For error paths only: describing a completion
+ * is a snprintf, thousands of instructions, too slow for every completion of a benchmark. */
+void xs_wc_complain(const char *what, const struct ddp_wc *wc);
 
 /* ddp_post_* with EAGAIN handling (pull completions into the stash, bounded by timeout_ms).
  * 0 or -1 with errno (ETIMEDOUT if the queue stayed full). */
@@ -166,10 +176,11 @@ void *xs_alloc(size_t len);
  * receives before it writes the plan, so the server may answer with ddp_post_send. */
 #define XS_PLAN_MAGIC 0x78735031u /* "xsP1" */
 #define XS_MAX_SIZES 64
-enum xs_mode { XS_TCP = 1, XS_DDP = 2, XS_EXT = 3, XS_WRITE = 4 };
+enum xs_mode { XS_TCP = 1, XS_DDP = 2, XS_EXT = 3, XS_WRITE = 4, XS_READ = 5 };
 struct xs_plan {
 	uint32_t magic;
-	uint32_t prog;       /* which program: 'P' pingpong, 'B' bw, 'R' rdma, 'T' transact */
+	uint32_t prog;       /* which program: 'P' pingpong, 'B' bw, 'R' rdma, 'T' transact,
+			      * 'L' rdmalat */
 	uint32_t mode;       /* enum xs_mode */
 	uint32_t nsizes;
 	uint32_t iters;      /* iterations / windows / count / transactions */

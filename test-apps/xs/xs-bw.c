@@ -149,10 +149,10 @@ static int dispatch(struct bw *b, const char *waiting_for)
 		       waiting_for);
 		return -1;
 	}
-	char d[160];
-	xs_wc_describe(&wc, d, sizeof d);
 	if (wc.status != DDP_WC_SUCCESS) {
-		xs_msg("error completion (waiting for %s): %s", waiting_for, d);
+		char w[96];
+		snprintf(w, sizeof w, "error completion (waiting for %s)", waiting_for);
+		xs_wc_complain(w, &wc);
 		return -1;
 	}
 	if (wc.opcode == DDP_WC_OP_RECV) {
@@ -166,20 +166,20 @@ static int dispatch(struct bw *b, const char *waiting_for)
 			b->ack_done[wc.wr_id - WR_ACK_RECV] = 1;
 			b->ctlr_len[wc.wr_id - WR_ACK_RECV] = wc.byte_len;
 		} else {
-			xs_msg("unexpected completion: %s", d);
+			xs_wc_complain("unexpected completion", &wc);
 			return -1;
 		}
 		return 0;
 	}
 	if (wc.opcode == DDP_WC_OP_SEND || wc.opcode == DDP_WC_OP_WRITE) {
 		if (b->signaled_outstanding <= 0) {
-			xs_msg("unexpected completion: %s", d);
+			xs_wc_complain("unexpected completion", &wc);
 			return -1;
 		}
 		b->signaled_outstanding--;
 		return 0;
 	}
-	xs_msg("unexpected completion: %s", d);
+	xs_wc_complain("unexpected completion", &wc);
 	return -1;
 }
 

@@ -62,12 +62,6 @@ struct conn {
 	int epfd;          /* server -E: epoll fd watching fd for EPOLLIN, else -1 */
 };
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 static int get_wc(struct conn *c, struct ddp_wc *wc, const char *waiting_for)
 {
 	int r = xs_cq_next(c->cq, wc, xs_timeout_ms);
@@ -291,8 +285,7 @@ static int run_client(struct conn *c, const struct xs_plan *p)
 	uint64_t *rtt = malloc(sizeof *rtt * (p->iters ? p->iters : 1));
 	if (!rtt)
 		xs_pfatal("malloc");
-	printf("%-8s %8s %12s %12s %12s %12s   (%s mode, RTT in microseconds)\n", "size", "iters",
-	       "median_us", "p99_us", "min_us", "mean_us", xs_mode_name(c->mode));
+	xs_print_lat_header(xs_mode_name(c->mode), "round trip");
 	uint64_t verified = 0;
 	for (uint32_t si = 0; si < p->nsizes; si++) {
 		uint32_t size = p->sizes[si];
@@ -342,20 +335,7 @@ static int run_client(struct conn *c, const struct xs_plan *p)
 			}
 			verified += size;
 		}
-		uint64_t n = p->iters;
-		qsort(rtt, n, sizeof *rtt, cmp_u64);
-		uint64_t sum = 0;
-		for (uint64_t i = 0; i < n; i++)
-			sum += rtt[i];
-		uint64_t p99i = (n * 99 + 99) / 100;
-		if (p99i > 0)
-			p99i--;
-		if (p99i >= n)
-			p99i = n - 1;
-		char sb[32];
-		printf("%-8s %8llu %12.2f %12.2f %12.2f %12.2f\n", xs_fmt_size(size, sb),
-		       (unsigned long long)n, rtt[(n - 1) / 2] / 1e3, rtt[p99i] / 1e3, rtt[0] / 1e3,
-		       (double)sum / (double)n / 1e3);
+		xs_print_lat_row(size, rtt, p->iters);
 	}
 	free(rtt);
 	printf("%s: client: %llu bytes echoed and verified\n", xs_prog, (unsigned long long)verified);
