@@ -113,6 +113,10 @@ pub const RTR_STAG: STag = STag(1);
 /// bandwidth unchanged (docs/performance.md).
 pub const SMALL_SEND_MAX: usize = 16 * 1024;
 
+/// Segments of the general transmit path whose payload is at most this many octets are
+/// framed as one contiguous copy ([`Connection::frame_segment`]).
+const COPY_FRAME_MAX: usize = 1024;
+
 /// Per-connection settings that do not come from the MPA negotiation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnConfig {
@@ -2549,7 +2553,8 @@ impl Connection {
     /// Frames one ULPDU (header + payload sources) into `t`. The header is copied into the
     /// scratch next to ULPDU_LENGTH, and scratch runs that touch (one FPDU's pad and CRC and
     /// the next one's length and header) share one piece: about two `iovec`s per FPDU plus
-    /// one per payload part, and no allocation once `t` and `frame_pieces` have grown.
+    /// one per payload part, and no allocation once `t` and `frame_pieces` have grown. A
+    /// payload of at most [`COPY_FRAME_MAX`] octets is copied into the scratch instead.
     fn frame_segment<M: Memory + ?Sized>(
         &mut self,
         t: &mut Transmit,
@@ -2563,6 +2568,31 @@ impl Connection {
             Src::Local(addr, l) => mem.local(addr, l).expect("checked before"),
             Src::Region(stag, off, l) => mem.read(stag, off, l),
         };
+        // A small segment is copied whole into the scratch, next to the FPDUs before it: one
+        // CRC pass over contiguous octets and one piece (a small Write and the Send that
+        // announces it go out as one iovec run), where pieces referring to the payload would
+        // cost more than the copy (not with markers: `frame_contiguous` declines).
+        if parts.len() <= 2 && parts.iter().map(Src::len).sum::<usize>() <= COPY_FRAME_MAX {
+            let slices = [
+                parts.first().map_or(&[][..], bytes),
+                parts.get(1).map_or(&[][..], bytes),
+            ];
+            let start = t.scratch.len();
+            if self
+                .framer
+                .frame_contiguous(&hb[..n], &slices[..parts.len()], &mut t.scratch)
+            {
+                let r = start..t.scratch.len();
+                self.tx_pos += r.len() as u64;
+                match t.pieces.last_mut() {
+                    Some(TxPiece::Scratch(last)) if last.end == r.start => last.end = r.end,
+                    _ => t.pieces.push(TxPiece::Scratch(r)),
+                }
+                t.fpdus += 1;
+                self.stats.fpdus_out += 1;
+                return;
+            }
+        }
         let mut pieces = core::mem::take(&mut self.frame_pieces);
         pieces.clear();
         match parts {
@@ -2619,6 +2649,14 @@ impl Connection {
 enum Src {
     Local(u64, usize),
     Region(STag, u64, usize),
+}
+
+impl Src {
+    fn len(&self) -> usize {
+        match *self {
+            Src::Local(_, l) | Src::Region(_, _, l) => l,
+        }
+    }
 }
 
 /// The payload sources of one segment: two inline (one SGE, or a segment straddling two),
