@@ -19,7 +19,7 @@
 //! with verbs, they must stay valid from the post until the work request's completion. The
 //! engine cannot check that; it only refuses null pointers and ranges that wrap.
 
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 use core::marker::PhantomData;
 use std::io::IoSliceMut;
 use std::os::fd::RawFd;
@@ -185,7 +185,9 @@ impl<'a> UserSink<'a> {
 /// `Memory` over real memory for one session (see the module docs).
 pub(crate) struct SessionMem<'r, 's, 'u> {
     reg: &'r Registry,
-    /// Regions pinned in this session (each index once).
+    /// Regions pinned in this session (each index once): the first one here (most sessions
+    /// pin one region, for which a `Vec` would allocate), the others in `pins`.
+    pin0: Cell<Option<Region>>,
     pins: RefCell<Vec<Region>>,
     sink: Option<&'s mut UserSink<'u>>,
     /// Stream data that did not fit into the sink, for the socketpair.
@@ -209,6 +211,7 @@ impl<'r, 's, 'u> SessionMem<'r, 's, 'u> {
     pub(crate) fn new(reg: &'r Registry, sink: Option<&'s mut UserSink<'u>>) -> Self {
         SessionMem {
             reg,
+            pin0: Cell::new(None),
             pins: RefCell::new(Vec::new()),
             sink,
             overflow: Vec::new(),
@@ -267,11 +270,21 @@ impl<'r, 's, 'u> SessionMem<'r, 's, 'u> {
 
     /// The region under `index`, pinned for the rest of the session.
     fn pinned(&self, index: u32) -> Option<Region> {
+        let first = self.pin0.get();
+        if let Some(r) = first
+            && r.stag.index() == index
+        {
+            return Some(r);
+        }
         if let Some(r) = self.pins.borrow().iter().find(|r| r.stag.index() == index) {
             return Some(*r);
         }
         let r = self.reg.pin(index)?;
-        self.pins.borrow_mut().push(r);
+        if first.is_none() {
+            self.pin0.set(Some(r));
+        } else {
+            self.pins.borrow_mut().push(r);
+        }
         Some(r)
     }
 
@@ -427,7 +440,12 @@ impl SessionMem<'_, '_, '_> {
 
 impl Drop for SessionMem<'_, '_, '_> {
     fn drop(&mut self) {
-        for r in self.pins.get_mut().drain(..) {
+        for r in self
+            .pin0
+            .take()
+            .into_iter()
+            .chain(self.pins.get_mut().drain(..))
+        {
             self.reg.unpin(r.stag.index());
         }
     }
@@ -498,7 +516,12 @@ impl Memory for SessionMem<'_, '_, '_> {
 
     fn invalidate(&mut self, stag: STag) -> Result<(), InvalidateError> {
         self.reg.invalidate(stag)?;
-        for r in self.pins.get_mut().iter_mut() {
+        for r in self
+            .pin0
+            .get_mut()
+            .iter_mut()
+            .chain(self.pins.get_mut().iter_mut())
+        {
             if r.stag == stag {
                 r.valid = false;
             }
