@@ -16,9 +16,6 @@
  */
 #include "common.h"
 
-#include <arpa/inet.h>
-#include <endian.h>
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,14 +27,8 @@
 #define MAX_WINDOW 1024
 #define MEM_CAP (128ull << 20)
 #define SAMPLES 16
-#define DONE_MAGIC 0x646f6e65u /* "done" */
 static const uint64_t SRC_SEED = 0x5eadbeefull;
 
-struct advert {
-	uint64_t addr; /* BE */
-	uint32_t stag; /* BE */
-	uint32_t len;  /* BE */
-};
 
 static uint32_t eff_window(uint32_t w, uint32_t size)
 {
@@ -62,55 +53,28 @@ static int server(int fd, const struct xs_plan *p)
 		xs_perr("ddp_reg_mr(%zu bytes, remote read)", len);
 		return -1;
 	}
-	struct advert a = { htobe64((uint64_t)(uintptr_t)region), htonl(stag), htonl((uint32_t)len) };
-	if (xs_write_full(fd, &a, sizeof a, xs_timeout_ms) != 0) {
-		xs_perr("write(advertisement)");
+	if (xs_send_region(fd, region, stag, len) != 0)
 		return -1;
-	}
 	/* the client reads for as long as its plan says; wait for its "done", bounded by that */
 	uint64_t per_size = p->duration_ns ? p->duration_ns / 1000000 + 1000ull * (p->warmup + 1)
 					   : 1000ull * (p->iters + p->warmup + 1);
 	int bound = (int)(xs_timeout_ms + p->nsizes * per_size);
-	uint32_t done;
-	if (xs_read_full(fd, &done, sizeof done, bound) != 0 || ntohl(done) != DONE_MAGIC) {
-		xs_perr("waiting for the client's done (bound %d ms)", bound);
-		return -1;
-	}
-	if (ddp_dereg_mr(fd, stag) != 0) {
-		xs_perr("ddp_dereg_mr");
-		return -1;
-	}
-	if (xs_check(region, len, SRC_SEED, 0, NULL)) {
-		xs_msg("server: the region changed (it is read only to the peer)");
-		return -1;
-	}
-	if (xs_write_full(fd, &done, sizeof done, xs_timeout_ms) != 0) {
-		xs_perr("write(done)");
-		return -1;
-	}
-	printf("%s: server: region of %zu bytes read by the client, intact\n", xs_prog, len);
-	return 0;
+	return xs_serve_reads_until_done(fd, region, len, stag, SRC_SEED, bound);
 }
 
 static int client(int fd, const struct xs_plan *p, int verify_all)
 {
-	struct advert a;
-	if (xs_read_full(fd, &a, sizeof a, xs_timeout_ms) != 0) {
-		xs_perr("reading the advertisement");
-		return -1;
-	}
-	uint64_t raddr = be64toh(a.addr);
-	uint32_t rstag = ntohl(a.stag), rlen = ntohl(a.len);
 	size_t len = 0;
 	for (uint32_t i = 0; i < p->nsizes; i++) {
 		size_t need = (size_t)eff_window(p->window, p->sizes[i]) * p->sizes[i];
 		if (need > len)
 			len = need;
 	}
-	if (rlen < len) {
-		xs_msg("the server's region has %u bytes, %zu needed", rlen, len);
+	struct xs_region a;
+	if (xs_recv_region(fd, &a, len) != 0)
 		return -1;
-	}
+	uint64_t raddr = a.addr;
+	uint32_t rstag = a.stag;
 	uint8_t *pool = xs_alloc(len);
 	struct xs_cq *cq = malloc(sizeof *cq);
 	if (!cq)
@@ -187,12 +151,8 @@ static int client(int fd, const struct xs_plan *p, int verify_all)
 		printf("%-8s %7u %8llu %12.2f %10.3f\n", xs_fmt_size(size, sb), w,
 		       (unsigned long long)timed, mbs, secs);
 	}
-	uint32_t done = htonl(DONE_MAGIC);
-	if (xs_write_full(fd, &done, sizeof done, xs_timeout_ms) != 0 ||
-	    xs_read_full(fd, &done, sizeof done, xs_timeout_ms) != 0 || ntohl(done) != DONE_MAGIC) {
-		xs_perr("the closing exchange");
+	if (xs_reads_done(fd) != 0)
 		return -1;
-	}
 	printf("%s: client: %llu bytes read by RDMA Read and verified (%s)\n", xs_prog,
 	       (unsigned long long)verified, verify_all ? "every byte" : "sampled");
 	free(cq);
@@ -251,12 +211,7 @@ int main(int argc, char **argv)
 		default: usage(stderr); return XS_EXIT_USAGE;
 		}
 	}
-	if (optind != argc)
-		xs_usage_error("unexpected argument '%s'", argv[optind]);
-	if (!is_server && !addr)
-		xs_usage_error("either -s (server) or -c ADDR (client) is required");
-	if (!is_server && !strcmp(port, "0"))
-		xs_usage_error("-p 0 is only for the server");
+	xs_check_args(argc, argv, is_server, addr, port);
 	struct xs_plan plan = { 0 };
 	plan.nsizes = (uint32_t)xs_parse_sizes("-S", sizes_s, plan.sizes, XS_MAX_SIZES, 1, MAX_SIZE);
 	xs_require_ddp();

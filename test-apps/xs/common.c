@@ -761,6 +761,93 @@ void *xs_alloc(size_t len)
 	return p;
 }
 
+/* ---- command line ------------------------------------------------------------------------------ */
+
+void xs_check_args(int argc, char **argv, int is_server, const char *addr, const char *port)
+{
+	if (optind != argc)
+		xs_usage_error("unexpected argument '%s'", argv[optind]);
+	if (!is_server && !addr)
+		xs_usage_error("either -s (server) or -c ADDR (client) is required");
+	if (!is_server && !strcmp(port, "0"))
+		xs_usage_error("-p 0 is only for the server");
+}
+
+/* ---- an advertised region ------------------------------------------------------------------------ */
+
+#define XS_DONE_MAGIC 0x646f6e65u /* "done" */
+
+struct region_wire {
+	uint64_t addr; /* BE */
+	uint32_t stag; /* BE */
+	uint32_t len;  /* BE */
+};
+_Static_assert(sizeof(struct region_wire) == 16, "rping_rdma_info layout");
+
+int xs_send_region(int fd, const void *addr, uint32_t stag, size_t len)
+{
+	struct region_wire w = { htobe64((uint64_t)(uintptr_t)addr), htonl(stag),
+				 htonl((uint32_t)len) };
+	if (xs_write_full(fd, &w, sizeof w, xs_timeout_ms) != 0) {
+		xs_perr("write(advertisement)");
+		return -1;
+	}
+	return 0;
+}
+
+int xs_recv_region(int fd, struct xs_region *r, size_t need)
+{
+	struct region_wire w;
+	if (xs_read_full(fd, &w, sizeof w, xs_timeout_ms) != 0) {
+		xs_perr("reading the peer's advertisement");
+		return -1;
+	}
+	r->addr = be64toh(w.addr);
+	r->stag = ntohl(w.stag);
+	r->len = ntohl(w.len);
+	if (r->len < need) {
+		xs_msg("the peer's region has %u bytes, %zu needed", r->len, need);
+		return -1;
+	}
+	return 0;
+}
+
+int xs_serve_reads_until_done(int fd, const uint8_t *region, size_t len, uint32_t stag,
+			      uint64_t seed, int bound_ms)
+{
+	uint32_t done;
+	if (xs_read_full(fd, &done, sizeof done, bound_ms) != 0 || ntohl(done) != XS_DONE_MAGIC) {
+		xs_perr("waiting for the client's done (bound %d ms)", bound_ms);
+		return -1;
+	}
+	if (ddp_dereg_mr(fd, stag) != 0) {
+		xs_perr("ddp_dereg_mr");
+		return -1;
+	}
+	if (xs_check(region, len, seed, 0, NULL)) {
+		xs_msg("server: the region changed (it is read only to the peer)");
+		return -1;
+	}
+	if (xs_write_full(fd, &done, sizeof done, xs_timeout_ms) != 0) {
+		xs_perr("write(done)");
+		return -1;
+	}
+	printf("%s: server: region of %zu bytes read by the client, intact\n", xs_prog, len);
+	return 0;
+}
+
+int xs_reads_done(int fd)
+{
+	uint32_t done = htonl(XS_DONE_MAGIC);
+	if (xs_write_full(fd, &done, sizeof done, xs_timeout_ms) != 0 ||
+	    xs_read_full(fd, &done, sizeof done, xs_timeout_ms) != 0 ||
+	    ntohl(done) != XS_DONE_MAGIC) {
+		xs_perr("the closing exchange");
+		return -1;
+	}
+	return 0;
+}
+
 /* ---- latency samples ------------------------------------------------------------------------ */
 
 static int cmp_u64(const void *a, const void *b)

@@ -97,6 +97,29 @@ void xs_report_mismatch(const char *what, const void *buf, size_t len, uint64_t 
 void xs_print_lat_header(const char *mode, const char *what);
 void xs_print_lat_row(uint32_t size, uint64_t *ns, uint64_t n);
 
+/* ---- command line ------------------------------------------------------------------------
+ * After getopt: no operands left (argv[optind..]), a client has an address, and port "0" (any
+ * free port) is only for a server. Otherwise xs_usage_error. */
+void xs_check_args(int argc, char **argv, int is_server, const char *addr, const char *port);
+
+/* ---- a region advertised on the byte stream (ddp-readbw, xs-rdmalat) --------------------
+ * rping's struct rping_rdma_info on the wire: BE64 address, BE32 STag, BE32 length. Sent with
+ * write() before either side posts a receive (it travels as stream bytes). */
+struct xs_region {
+	uint64_t addr;
+	uint32_t stag, len;
+};
+int xs_send_region(int fd, const void *addr, uint32_t stag, size_t len); /* 0 / -1 + message */
+/* Reads the peer's advertisement; -1 (message printed) if it names fewer than `need` bytes. */
+int xs_recv_region(int fd, struct xs_region *r, size_t need);
+/* The end of a run of RDMA Reads from a region filled with pattern `seed` (xs_fill at offset
+ * 0): the server waits (at most bound_ms) for the client's "done", deregisters the region,
+ * checks that it is unchanged (read-only to the peer) and answers "done"; the client says done
+ * and waits for the answer. 0, or -1 with a message. */
+int xs_serve_reads_until_done(int fd, const uint8_t *region, size_t len, uint32_t stag,
+			      uint64_t seed, int bound_ms);
+int xs_reads_done(int fd);
+
 /* ---- sockets ---------------------------------------------------------------------------- */
 struct xs_ddpopt {
 	int ddp;      /* set DDP_MODE */

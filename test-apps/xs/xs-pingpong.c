@@ -372,14 +372,9 @@ int main(int argc, char **argv)
 		default: usage(stderr); return XS_EXIT_USAGE;
 		}
 	}
-	if (optind != argc)
-		xs_usage_error("unexpected argument '%s'", argv[optind]);
-	if (!server && !addr)
-		xs_usage_error("either -s (server) or -c ADDR (client) is required");
+	xs_check_args(argc, argv, server, addr, port);
 	struct xs_plan plan = { 0 };
 	plan.nsizes = (uint32_t)xs_parse_sizes("-S", sizes_s, plan.sizes, XS_MAX_SIZES, 0, MAX_SIZE);
-	if (!server && !strcmp(port, "0"))
-		xs_usage_error("-p 0 is only for the server");
 	if (mode != XS_TCP)
 		xs_require_ddp();
 	o.ddp = mode != XS_TCP;

@@ -371,12 +371,7 @@ int main(int argc, char **argv)
 		default: usage(stderr); return XS_EXIT_USAGE;
 		}
 	}
-	if (optind != argc)
-		xs_usage_error("unexpected argument '%s'", argv[optind]);
-	if (!is_server && !addr)
-		xs_usage_error("either -s (server) or -c ADDR (client) is required");
-	if (!is_server && !strcmp(port, "0"))
-		xs_usage_error("-p 0 is only for the server");
+	xs_check_args(argc, argv, is_server, addr, port);
 	struct xs_plan plan = { 0 };
 	plan.nsizes = (uint32_t)xs_parse_sizes("-S", sizes_s, plan.sizes, XS_MAX_SIZES, 0, MAX_SIZE);
 	xs_require_ddp();

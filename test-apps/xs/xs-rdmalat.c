@@ -28,9 +28,6 @@
  */
 #include "common.h"
 
-#include <arpa/inet.h>
-#include <endian.h>
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -43,16 +40,10 @@
 #define MAX_ITERS 1000000u
 /* Read mode: the source offset moves by 64 bytes per iteration within this span. */
 #define READ_SPAN 4096u
-#define DONE_MAGIC 0x646f6e65u /* "done" */
 #define READY_IT UINT64_MAX    /* the server's first notice: its receive is posted */
 enum { WR_WRITE = 1, WR_SEND = 2, WR_READ = 3, WR_RECV = 4 };
 static const uint64_t SRC_SEED = 0x5eadbeefull;
 
-struct advert { /* rping's struct rping_rdma_info */
-	uint64_t addr; /* BE */
-	uint32_t stag; /* BE */
-	uint32_t len;  /* BE */
-};
 
 /* The pattern side `who` ('c' client, 's' server) writes at iteration `it` of `size`. */
 static uint64_t wseed(int who, uint32_t size, uint64_t it)
@@ -76,32 +67,6 @@ static int run_bound(const struct xs_plan *p)
 	return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
-static int send_advert(int fd, void *addr, uint32_t stag, size_t len)
-{
-	struct advert a = { htobe64((uint64_t)(uintptr_t)addr), htonl(stag), htonl((uint32_t)len) };
-	if (xs_write_full(fd, &a, sizeof a, xs_timeout_ms) != 0) {
-		xs_perr("write(advertisement)");
-		return -1;
-	}
-	return 0;
-}
-
-static int recv_advert(int fd, struct advert *a, size_t need)
-{
-	if (xs_read_full(fd, a, sizeof *a, xs_timeout_ms) != 0) {
-		xs_perr("reading the peer's advertisement");
-		return -1;
-	}
-	a->addr = be64toh(a->addr);
-	a->stag = ntohl(a->stag);
-	a->len = ntohl(a->len);
-	if (a->len < need) {
-		xs_msg("the peer's region has %u bytes, %zu needed", a->len, need);
-		return -1;
-	}
-	return 0;
-}
-
 /* Registers a zeroed region of len bytes (at least 1) with `access`. */
 static uint8_t *region(int fd, size_t len, int access, uint32_t *stag)
 {
@@ -119,25 +84,30 @@ struct wside {
 	int who;               /* 'c' or 's' */
 	struct xs_cq *cq;
 	uint8_t *mine, *src;   /* my registered region (the peer writes it), my Write source */
-	struct advert peer;    /* the peer's region */
+	struct xs_region peer; /* the peer's region */
 	uint64_t notice_in, notice_out;
 	int have_notice;       /* a receive completed; its notice is in `notice` */
 	uint64_t notice;
 	int sends_out;         /* signaled Sends not yet completed */
 };
 
+/* The next completion, or -1 with a message (an error, or none within the timeout). */
+static int next_wc(struct xs_cq *cq, struct ddp_wc *wc)
+{
+	int r = xs_cq_next(cq, wc, xs_timeout_ms);
+	if (r < 0)
+		xs_perr("ddp_wait");
+	else if (r == 0)
+		xs_msg("no completion within %d ms", xs_timeout_ms);
+	return r > 0 ? 0 : -1;
+}
+
 /* Takes one completion: a Send's (counted off) or the notice receive's (kept). */
 static int take_one(struct wside *w)
 {
 	struct ddp_wc wc;
-	int r = xs_cq_next(w->cq, &wc, xs_timeout_ms);
-	if (r <= 0) {
-		if (r < 0)
-			xs_perr("ddp_wait");
-		else
-			xs_msg("no completion within %d ms", xs_timeout_ms);
+	if (next_wc(w->cq, &wc) != 0)
 		return -1;
-	}
 	if (wc.status != DDP_WC_SUCCESS) {
 		xs_wc_complain("error completion", &wc);
 		return -1;
@@ -234,7 +204,7 @@ static int write_setup(int fd, const struct xs_plan *p, struct wside *w, int who
 		return -1;
 	if (who == 's') {
 		/* advertise, learn the client's region, then say "ready" with a Send */
-		if (send_advert(fd, w->mine, stag, ms) != 0 || recv_advert(fd, &w->peer, ms) != 0 ||
+		if (xs_send_region(fd, w->mine, stag, ms) != 0 || xs_recv_region(fd, &w->peer, ms) != 0 ||
 		    post_notice_recv(w) != 0)
 			return -1;
 		w->notice_out = READY_IT;
@@ -247,8 +217,8 @@ static int write_setup(int fd, const struct xs_plan *p, struct wside *w, int who
 		return 0;
 	}
 	/* the client's receive is posted before its advertisement lets the server go on */
-	if (recv_advert(fd, &w->peer, ms) != 0 || post_notice_recv(w) != 0 ||
-	    send_advert(fd, w->mine, stag, ms) != 0 || wait_notice(w, READY_IT) != 0)
+	if (xs_recv_region(fd, &w->peer, ms) != 0 || post_notice_recv(w) != 0 ||
+	    xs_send_region(fd, w->mine, stag, ms) != 0 || wait_notice(w, READY_IT) != 0)
 		return -1;
 	return post_notice_recv(w);
 }
@@ -327,36 +297,17 @@ static int read_server(int fd, const struct xs_plan *p)
 	if (!r)
 		return -1;
 	xs_fill(r, len, SRC_SEED, 0);
-	if (send_advert(fd, r, stag, len) != 0)
+	if (xs_send_region(fd, r, stag, len) != 0)
 		return -1;
 	/* the client reads for as long as its plan says, then says done */
-	uint32_t done;
-	int bound = run_bound(p);
-	if (xs_read_full(fd, &done, sizeof done, bound) != 0 || ntohl(done) != DONE_MAGIC) {
-		xs_perr("waiting for the client's done (bound %d ms)", bound);
-		return -1;
-	}
-	if (ddp_dereg_mr(fd, stag) != 0) {
-		xs_perr("ddp_dereg_mr");
-		return -1;
-	}
-	if (xs_check(r, len, SRC_SEED, 0, NULL)) {
-		xs_msg("server: the region changed (it is read only to the peer)");
-		return -1;
-	}
-	if (xs_write_full(fd, &done, sizeof done, xs_timeout_ms) != 0) {
-		xs_perr("write(done)");
-		return -1;
-	}
-	printf("%s: server: region of %zu bytes read by the client, intact\n", xs_prog, len);
-	return 0;
+	return xs_serve_reads_until_done(fd, r, len, stag, SRC_SEED, run_bound(p));
 }
 
 static int read_client(int fd, const struct xs_plan *p, uint64_t *lat)
 {
 	size_t len = (size_t)max_size(p) + READ_SPAN;
-	struct advert a;
-	if (recv_advert(fd, &a, len) != 0)
+	struct xs_region a;
+	if (xs_recv_region(fd, &a, len) != 0)
 		return -1;
 	uint8_t *buf = xs_alloc(max_size(p));
 	struct xs_cq *cq = malloc(sizeof *cq);
@@ -380,15 +331,10 @@ static int read_client(int fd, const struct xs_plan *p, uint64_t *lat)
 				return -1;
 			}
 			struct ddp_wc wc;
-			int r = xs_cq_next(cq, &wc, xs_timeout_ms);
+			int r = next_wc(cq, &wc);
 			uint64_t t1 = xs_now_ns();
-			if (r <= 0) {
-				if (r < 0)
-					xs_perr("ddp_wait");
-				else
-					xs_msg("no Read completion within %d ms", xs_timeout_ms);
+			if (r != 0)
 				return -1;
-			}
 			if (wc.status != DDP_WC_SUCCESS || wc.opcode != DDP_WC_OP_READ ||
 			    wc.wr_id != WR_READ || wc.byte_len != size) {
 				xs_wc_complain("unexpected completion (expected a READ of the size)", &wc);
@@ -405,12 +351,8 @@ static int read_client(int fd, const struct xs_plan *p, uint64_t *lat)
 		}
 		xs_print_lat_row(size, lat, p->iters);
 	}
-	uint32_t done = htonl(DONE_MAGIC);
-	if (xs_write_full(fd, &done, sizeof done, xs_timeout_ms) != 0 ||
-	    xs_read_full(fd, &done, sizeof done, xs_timeout_ms) != 0 || ntohl(done) != DONE_MAGIC) {
-		xs_perr("the closing exchange");
+	if (xs_reads_done(fd) != 0)
 		return -1;
-	}
 	printf("%s: client: %llu bytes read by RDMA Read, verified\n", xs_prog,
 	       (unsigned long long)verified);
 	free(cq);
@@ -465,12 +407,7 @@ int main(int argc, char **argv)
 		default: usage(stderr); return XS_EXIT_USAGE;
 		}
 	}
-	if (optind != argc)
-		xs_usage_error("unexpected argument '%s'", argv[optind]);
-	if (!is_server && !addr)
-		xs_usage_error("either -s (server) or -c ADDR (client) is required");
-	if (!is_server && !strcmp(port, "0"))
-		xs_usage_error("-p 0 is only for the server");
+	xs_check_args(argc, argv, is_server, addr, port);
 	uint32_t mode = 0;
 	if (!is_server) {
 		if (!mode_s)
