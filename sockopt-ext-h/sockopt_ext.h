@@ -140,12 +140,12 @@ __attribute__((weak)) int ddp_dereg_mr(int fd, uint32_t stag);
 #define DDP_SOLICITED 0x2 /* Send with Solicited Event */
 /* More work requests follow at once (as MSG_MORE): the library may keep this Send, Write or
  * Read queued, off the wire, and put it out together with the following ones (several FPDUs
- * per system call). Post an RDMA Write that a Send announces with it: both then leave in one
- * system call and the peer is woken once, by the Send (64 B Write + Send round trip on
- * loopback: 7 us with it, 13-16 us without, docs/performance.md session 48). Queued requests go out with the next post on the socket without
+ * per system call). Queued requests go out with the next post on the socket without
  * DDP_MORE, at the next ddp_poll/ddp_wait on it, or once a batch is full; a request posted
  * with DDP_MORE and followed by none of these may stay queued: end every batch with a post
- * without it, or poll. */
+ * without it, or poll. Post an RDMA Write that a Send announces with it: both then leave in
+ * one system call and the peer is woken once, by the Send (a 64 B Write + Send round trip on
+ * loopback: 7 us with it, 13-16 us without; docs/performance.md, session 48). */
 #define DDP_MORE      0x4
 
 /* Posts a receive buffer for one incoming Send. Once a socket has posted a receive, every
