@@ -1109,7 +1109,9 @@ impl Connection {
                     }
                     continue;
                 }
-                if self.posted_send(&w.header, &data[w.payload.clone()], mem) {
+                if self.posted_send(&w.header, &data[w.payload.clone()], mem)
+                    || self.whole_write(&w.header, &data[w.payload.clone()], mem)
+                {
                     if at == data.len() {
                         break;
                     }
@@ -1263,6 +1265,53 @@ impl Connection {
             inv_stag: None,
             solicited: false,
         }));
+        true
+    }
+
+    /// Takes a whole FPDU in one step if it is a tagged RDMA Write whose payload (not empty)
+    /// the region takes (`tagged::validate`: STag, key, PD, remote write right, bounds), with
+    /// no segment under way and the first FPDU's RTR check done: the payload written into the
+    /// region and counted, as `on_header`, `payload_piece` and `on_end` write and count it.
+    /// False, with no state changed, for anything else: the general steps then find the same
+    /// and report what is wrong.
+    fn whole_write<M: Memory + ?Sized>(
+        &mut self,
+        h: &UlpduHeader,
+        payload: &[u8],
+        mem: &mut M,
+    ) -> bool {
+        let bytes = h.bytes();
+        if payload.is_empty()
+            || self.hold_for_rtr
+            || !matches!(self.rx, RxSeg::Idle)
+            || bytes.len() < header_len_for(bytes[0])
+        {
+            return false;
+        }
+        let Ok(ddp) = DdpRepr::parse_bytes(bytes) else {
+            return false;
+        };
+        let (Ok(Opcode::Write), DdpBuffer::Tagged { stag, to }) =
+            (rdmap::check_header(&ddp), ddp.buffer)
+        else {
+            return false;
+        };
+        let len = payload.len() as u64;
+        let Ok(t) = tagged::validate(
+            mem,
+            stag,
+            to,
+            len,
+            self.cfg.pd,
+            Access::REMOTE_WRITE,
+            CheckLayer::Ddp,
+        ) else {
+            return false;
+        };
+        mem.write(stag, t.offset, payload);
+        self.stats.fpdus_in += 1;
+        self.stats.bytes_placed_buffered += len;
+        self.stats.bytes_tagged_in += len;
         true
     }
 

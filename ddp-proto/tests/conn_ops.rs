@@ -1562,3 +1562,125 @@ fn small_segments_are_framed_as_one_run_large_ones_by_reference() {
         }
     }
 }
+
+/// A whole tagged RDMA Write is placed in one step too (`Connection::whole_write`). Random
+/// FPDU streams of Writes (good; to an unknown STag, with a wrong key, past the region's end,
+/// into a region without the remote write right, zero-length, in two segments, with a bad
+/// DDP or RDMAP control octet, a flipped bit) and Sends into posted receives, fed whole and a
+/// byte at a time, must leave the receiver in the same place: region and receive memory,
+/// completions, counters (tagged bytes too), state, error and the Terminate sent back.
+#[test]
+fn whole_writes_match_the_general_steps() {
+    let mut clean = 0;
+    for seed in 0..400u64 {
+        let mut rng = Rng::new(7000 + seed);
+        let crc = seed % 5 != 4;
+        let opts = |chunking| Opts {
+            crc,
+            chunking,
+            mode_b: RecvMode::Posted,
+            mem_size: 16384,
+            seed,
+            ..Opts::default()
+        };
+        // the regions as every run registers them: writable, and read-only
+        let regions = |p: &mut Pair| {
+            (
+                p.b.mem.register(BASE + 4096, 2048, Access::REMOTE_WRITE, 1),
+                p.b.mem.register(BASE + 8192, 512, Access::REMOTE_READ, 1),
+            )
+        };
+        let (w, ro) = regions(&mut Pair::new(opts(Chunking::Whole)));
+        let (mut stream, mut good, mut msn, mut writes) = (Vec::new(), true, 1u32, 0);
+        for _ in 0..1 + rng.below(6) {
+            if rng.below(3) == 0 {
+                let payload = vec![rng.below(256) as u8; 1 + rng.below(64) as usize];
+                let h = RdmapHeader::new(RdmapMessage::Send { msn, mo: 0 }, true);
+                stream.extend_from_slice(&fpdu(&ulpdu(&h, &payload), crc));
+                msn += 1;
+                continue;
+            }
+            writes += 1;
+            let len = if rng.below(10) == 0 {
+                0
+            } else {
+                1 + rng.below(300)
+            };
+            let payload: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
+            let to = BASE + 4096 + rng.below(2048 - len);
+            let kind = rng.below(24);
+            let (stag, to) = match kind {
+                13 => (STag::from_parts(w.index() + 7, w.key()), to),
+                14 => (STag::from_parts(w.index(), w.key() ^ 0x5a), to),
+                15 if len > 1 => (w, BASE + 4096 + 2048 - len / 2),
+                16 => (ro, BASE + 8192),
+                _ => (w, to),
+            };
+            let last = kind != 17;
+            let h = RdmapHeader::new(
+                RdmapMessage::Write {
+                    sink_stag: stag,
+                    sink_to: to,
+                },
+                last,
+            );
+            let mut u = ulpdu(&h, &payload);
+            match kind {
+                18 => u[0] = [0x41, 0x82, 0xc5, 0xe1][rng.below(4) as usize], // DDP ctrl
+                19 => u[1] = [0x00, 0x80, 0x43, 0x4e][rng.below(4) as usize], // RDMAP ctrl
+                _ => {}
+            }
+            let mut f = fpdu(&u, crc);
+            if kind == 20 && crc {
+                let at = rng.below(f.len() as u64) as usize;
+                f[at] ^= 1 << rng.below(8);
+            }
+            stream.extend_from_slice(&f);
+            if !last {
+                // the rest of the message: its next segment, right after
+                let h = RdmapHeader::new(
+                    RdmapMessage::Write {
+                        sink_stag: stag,
+                        sink_to: to + len,
+                    },
+                    true,
+                );
+                stream.extend_from_slice(&fpdu(&ulpdu(&h, &[9u8; 3]), crc));
+            }
+            good &= kind < 13 || (kind == 15 && len <= 1);
+        }
+        let sends = u64::from(msn - 1);
+        let run = |chunking| {
+            let mut p = Pair::new(opts(chunking));
+            assert_eq!(
+                regions(&mut p),
+                (w, ro),
+                "seed {seed}: the same STags each run"
+            );
+            for i in 0..sends {
+                p.b.conn
+                    .post_recv(10 + i, &[Sge::new(BASE + 12288 + i * 64, 64)])
+                    .unwrap();
+            }
+            p.b.inbox = stream.clone();
+            p.drive();
+            (
+                Left::of(&p.b, BASE + 4096, 8192 + 512),
+                p.b.conn.stats().bytes_tagged_in,
+            )
+        };
+        let (whole, bytes) = (run(Chunking::Whole), run(Chunking::Bytes));
+        assert!(
+            whole == bytes,
+            "seed {seed}: fed whole {:?} {}, a byte at a time {:?} {}",
+            whole.0.brief(),
+            whole.1,
+            bytes.0.brief(),
+            bytes.1
+        );
+        if good && writes > 0 && whole.0.state == State::Open {
+            clean += 1;
+        }
+    }
+    assert!(clean > 30, "{clean} streams of good Writes all placed");
+}
