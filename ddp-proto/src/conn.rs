@@ -117,6 +117,10 @@ pub const SMALL_SEND_MAX: usize = 16 * 1024;
 /// framed as one contiguous copy ([`Connection::frame_segment`]).
 const COPY_FRAME_MAX: usize = 1024;
 
+/// How far small messages may take a `Transmit` past its bound
+/// ([`Connection::small_behind`]).
+const SMALL_BEHIND_MAX: usize = 4096;
+
 /// Per-connection settings that do not come from the MPA negotiation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnConfig {
@@ -2152,7 +2156,8 @@ impl Connection {
             } else {
                 self.cfg.max_transmit
             };
-            if t.fpdus > 0 && (self.tx_pos - start) as usize >= limit {
+            let framed = (self.tx_pos - start) as usize;
+            if t.fpdus > 0 && framed >= limit && !self.small_behind(framed - limit) {
                 break;
             }
             if let Some(term) = self.terminate.take() {
@@ -2179,6 +2184,22 @@ impl Connection {
         }
         self.check_closing();
         t.fpdus > 0
+    }
+
+    /// Whether the next message to frame, past a full `Transmit` (`over` bytes past its
+    /// bound), is a small one that goes along in it: a work request of at most
+    /// [`COPY_FRAME_MAX`] octets (a Send that announces the Write before it) or a Read
+    /// Request, with no Read Response owed, up to [`SMALL_BEHIND_MAX`] octets past the bound.
+    /// The peer then gets it with the large message before it, and is woken once.
+    fn small_behind(&self, over: usize) -> bool {
+        over < SMALL_BEHIND_MAX
+            && self.active.is_none()
+            && self.terminate.is_none()
+            && self.rtr_to_send.is_none()
+            && self.irq.is_empty()
+            && self.sq.front().is_some_and(|wr| {
+                matches!(wr.kind, WrKind::Read { .. }) || wr.len <= COPY_FRAME_MAX as u64
+            })
     }
 
     /// Whether [`Connection::poll_transmit_into`] has certainly nothing to frame now (no

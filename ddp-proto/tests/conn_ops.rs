@@ -1684,3 +1684,66 @@ fn whole_writes_match_the_general_steps() {
     }
     assert!(clean > 30, "{clean} streams of good Writes all placed");
 }
+
+/// A small message right behind a large one goes along in its `Transmit`, past the bound
+/// (`Connection::small_behind`): a 64 KiB RDMA Write and the 8-byte Send that announces it
+/// leave in one `writev`, so the peer is woken once. A large Send behind it does not, and
+/// small ones take the `Transmit` at most 4 KiB past its bound.
+#[test]
+fn a_small_send_behind_a_large_write_goes_in_the_same_transmit() {
+    const SIZE: usize = 64 * 1024;
+    let opcodes = |bytes: &[u8]| -> Vec<Opcode> {
+        ulpdus(bytes, true, false)
+            .iter()
+            .map(|u| {
+                RdmapHeader::parse(u)
+                    .expect("a clean ULPDU")
+                    .0
+                    .message()
+                    .opcode()
+            })
+            .collect()
+    };
+    for behind in [8usize, 1024, 1025, 2 * SIZE] {
+        let mut p = Pair::new(Opts {
+            mulpdu: 9000,
+            mem_size: 8 * SIZE,
+            ..Opts::default()
+        });
+        let at = |k: u64| BASE + k * SIZE as u64;
+        let (src, dst, note, rbuf) = (at(0), at(1), at(2), at(4));
+        let stag = p.b.mem.register(dst, SIZE as u64, Access::REMOTE_WRITE, 1);
+        p.b.conn
+            .post_recv(9, &[Sge::new(rbuf, behind as u32)])
+            .unwrap();
+        p.a.conn
+            .post_write(1, &[Sge::new(src, SIZE as u32)], stag, dst, false)
+            .unwrap();
+        p.a.conn
+            .post_send(2, &[Sge::new(note, behind as u32)], flags())
+            .unwrap();
+        let t = p.a.conn.poll_transmit(&p.a.mem).expect("the Write");
+        let first = t.gather(&p.a.mem);
+        let ops = opcodes(&first);
+        let sends = ops.iter().filter(|o| **o == Opcode::Send).count();
+        if behind <= 1024 {
+            assert_eq!(sends, 1, "{behind} B behind: {ops:?}");
+        } else {
+            assert_eq!(sends, 0, "{behind} B behind: {ops:?}");
+        }
+        assert!(
+            first.len() < SIZE + 9000 + 4096 + 64,
+            "{behind} B: {} bytes",
+            first.len()
+        );
+        p.a.conn.on_written(first.len() as u64);
+        p.b.inbox.extend_from_slice(&first);
+        p.drive();
+        let want = p.a.mem.bytes(src, SIZE).to_vec();
+        assert_eq!(p.b.mem.bytes(dst, SIZE), &want[..], "{behind} B behind");
+        let want = p.a.mem.bytes(note, behind).to_vec();
+        assert_eq!(p.b.mem.bytes(rbuf, behind), &want[..]);
+        assert_eq!(p.b.recv_completions().len(), 1);
+        assert!(p.a.errors.is_empty() && p.b.errors.is_empty());
+    }
+}

@@ -1542,13 +1542,14 @@ impl ConnState {
     }
 
     /// A work request posted with `DDP_MORE` (`payload` bytes): whether it may stay queued
-    /// (the batch is not full and no unsent tail waits for room in the socket).
+    /// (the batch was not full before it, and no unsent tail waits for room in the socket).
+    /// A request of [`MORE_BATCH_BYTES`] or more on its own stays queued too: a 64 KiB RDMA
+    /// Write and the Send that announces it leave together, and the peer is woken once.
     pub(crate) fn defer_tx(&mut self, payload: u64) -> bool {
+        let room = self.deferred_bytes < MORE_BATCH_BYTES;
         self.deferred_wrs += 1;
         self.deferred_bytes += payload;
-        let keep = self.deferred_wrs < MORE_BATCH_WRS
-            && self.deferred_bytes < MORE_BATCH_BYTES
-            && self.tail.is_none();
+        let keep = self.deferred_wrs < MORE_BATCH_WRS && room && self.tail.is_none();
         if !keep {
             self.end_deferral();
         }
