@@ -761,6 +761,14 @@ void *xs_alloc(size_t len)
 	return p;
 }
 
+/* ---- DDP options ------------------------------------------------------------------------------- */
+
+int xs_env_crc(int dflt)
+{
+	const char *e = getenv("XS_CRC");
+	return e && *e ? (int)xs_opt_u64("XS_CRC", e, 0, 1, 0) : dflt;
+}
+
 /* ---- command line ------------------------------------------------------------------------------ */
 
 void xs_check_args(int argc, char **argv, int is_server, const char *addr, const char *port)

@@ -130,6 +130,10 @@ struct xs_ddpopt {
 };
 #define XS_DDPOPT_INIT { 0, -1, 0, 0, 0, -1 }
 
+/* The environment's XS_CRC (0 or 1; a usage error otherwise), or `dflt` if it is unset or
+ * empty: the default of every program's -K. */
+int xs_env_crc(int dflt);
+
 /* Applies the options to a socket (before connect/listen), and the environment's XS_MPA_REV,
  * XS_MARKERS, XS_P2P (DDP_RTR_* bits), XS_MARKERS_ALLOW if set. Returns 0 or -1 (message printed;
  * ENOPROTOOPT is explained as "library not loaded"). */

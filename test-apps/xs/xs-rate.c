@@ -535,9 +535,7 @@ int main(int argc, char **argv)
 {
 	xs_init(argv[0]);
 	struct cfg c = { M_TCP, 64, 0, 2.0, DDP_QUEUE_DEPTH, -1, -1, -1, 1 };
-	const char *crc_env = getenv("XS_CRC");
-	if (crc_env && *crc_env)
-		c.crc = (int)xs_opt_u64("XS_CRC", crc_env, 0, 1, 0);
+	c.crc = xs_env_crc(c.crc);
 	int opt;
 	while ((opt = getopt(argc, argv, "m:S:T:n:Q:C:K:M:t:vh")) != -1) {
 		switch (opt) {

@@ -352,9 +352,7 @@ int main(int argc, char **argv)
 	const char *addr = NULL, *port = "18517", *sizes_s = "1,100,4K,64K,1M";
 	uint64_t count = 3;
 	struct xs_ddpopt o = XS_DDPOPT_INIT;
-	const char *crc_env = getenv("XS_CRC");
-	if (crc_env && *crc_env)
-		o.crc = (int)xs_opt_u64("XS_CRC", crc_env, 0, 1, 0);
+	o.crc = xs_env_crc(o.crc);
 	int op;
 	while ((op = getopt(argc, argv, "sc:a:p:S:C:t:K:vh")) != -1) {
 		switch (op) {

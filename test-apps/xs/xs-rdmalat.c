@@ -386,9 +386,7 @@ int main(int argc, char **argv)
 	const char *addr = NULL, *port = "18519", *sizes_s = "64", *mode_s = NULL;
 	uint64_t iters = 1000, warmup = 100;
 	struct xs_ddpopt o = XS_DDPOPT_INIT;
-	const char *crc_env = getenv("XS_CRC");
-	if (crc_env && *crc_env)
-		o.crc = (int)xs_opt_u64("XS_CRC", crc_env, 0, 1, 0);
+	o.crc = xs_env_crc(o.crc);
 	int op;
 	while ((op = getopt(argc, argv, "sc:a:p:m:S:n:w:t:K:vh")) != -1) {
 		switch (op) {

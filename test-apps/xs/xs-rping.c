@@ -674,9 +674,7 @@ int main(int argc, char **argv)
 	opt.o.mpa_rev = 2;
 	opt.o.ird = 1;
 	opt.o.ord = 1;
-	const char *crc_env = getenv("XS_CRC");
-	if (crc_env && *crc_env)
-		opt.o.crc = (int)xs_opt_u64("XS_CRC", crc_env, 0, 1, 0);
+	opt.o.crc = xs_env_crc(opt.o.crc);
 	/* interop knobs (scripts/interop-siw): MPA revision, markers, peer-to-peer RTR kinds */
 	const char *env;
 	if ((env = getenv("XS_MPA_REV")) && *env)

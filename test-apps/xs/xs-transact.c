@@ -521,9 +521,7 @@ int main(int argc, char **argv)
 	const char *addr = NULL, *port = "18518";
 	uint64_t nconns = 4, nthreads = 2, txns = 200, seed = 1, maxsize = 64 << 10, maxops = 4;
 	struct xs_ddpopt o = XS_DDPOPT_INIT;
-	const char *crc_env = getenv("XS_CRC");
-	if (crc_env && *crc_env)
-		o.crc = (int)xs_opt_u64("XS_CRC", crc_env, 0, 1, 0);
+	o.crc = xs_env_crc(o.crc);
 	int op;
 	while ((op = getopt(argc, argv, "sc:a:p:n:T:i:r:S:k:t:K:vh")) != -1) {
 		switch (op) {
