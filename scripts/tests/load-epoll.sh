@@ -23,6 +23,9 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 one_run() {
   local label=$1 n=$2
   shift 2
+  # (emptied here, not only by the background job's redirection: the wait below must not
+  # find the previous run's "listening on" line and send the client to a closed port)
+  : > "$tmp/server.out"
   env "$@" "$run" "$apps/xs-conns" -s -a 127.0.0.1 -p 0 -m ddp -t 20 > "$tmp/server.out" 2>&1 &
   spid=$!
   local i=0
