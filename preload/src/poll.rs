@@ -216,10 +216,9 @@ unsafe fn poll_inline(
     // The caller's entries (copied in below) and one per wait: only the first `n + k` entries
     // are ever written or read, so the array is not filled first (64 entries on every call).
     let mut stack_mem = core::mem::MaybeUninit::<[pollfd; STACK_FDS]>::uninit();
-    let mut stack: &[pollfd] = &[];
     let mut looked = false;
     // Fds whose socket holds stream data for its next read (`poll_held`): readable now.
-    let mut held_now = [0usize; MAX_INLINE];
+    let mut held_now: [c_int; MAX_INLINE] = [-1; MAX_INLINE];
     let mut h_n = 0;
     // One DDP fd asked only for `POLLOUT` (a check before a write), in an array we may read
     // (the caller's on the main stack, or ours): answered here when the socket says the
@@ -284,7 +283,7 @@ unsafe fn poll_inline(
         // munmap of a poll array by another thread is the caller's bug). They are copied into
         // our own array, which has room for them and `MAX_INLINE` more; the slice covers only
         // what was just written.
-        stack = unsafe {
+        let stack = unsafe {
             let at = stack_mem.as_mut_ptr().cast::<pollfd>();
             core::ptr::copy_nonoverlapping(fds, at, n as usize);
             core::slice::from_raw_parts(at, n as usize)
@@ -304,7 +303,7 @@ unsafe fn poll_inline(
             };
             match c.sock.poll_enter(false) {
                 ddp_user::PollEnter::Held => {
-                    held_now[h_n] = i;
+                    held_now[h_n] = p.fd;
                     h_n += 1;
                 }
                 ddp_user::PollEnter::Wait(w) => {
@@ -318,7 +317,8 @@ unsafe fn poll_inline(
             }
         }
     }
-    if h_n > 0 {
+    let held_now = &held_now[..h_n];
+    if h_n > 0 && k == 0 {
         // Readable now: no wait. The other fds as the kernel sees them, without waiting (the
         // look above, if it was made, found none ready and wrote their revents).
         drop(waits);
@@ -327,14 +327,17 @@ unsafe fn poll_inline(
         }
         // SAFETY: the kernel has just read and written the caller's `n` entries.
         let arr = unsafe { core::slice::from_raw_parts_mut(fds, n as usize) };
-        for &i in &held_now[..h_n] {
-            let fd = stack[i].fd;
-            for p in arr.iter_mut().filter(|p| p.fd == fd) {
-                p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
-            }
-        }
-        return Ok(arr.iter().filter(|p| p.revents != 0).count() as c_int);
+        return Ok(with_held(arr, held_now));
     }
+    // Readable now, and other DDP sockets' input waits in their TCP fds, which no one else
+    // may be watching (this thread's lazily, see `LAZY_REARM`): one round over those without
+    // waiting, so that data its reader leaves unread does not hide theirs from every call
+    // after (iperf3 -R reads its data stream only after a control message that came behind).
+    let timeout = if h_n > 0 {
+        Some(core::time::Duration::ZERO)
+    } else {
+        timeout
+    };
     // Sockets held lazily and not served by this wait go back to the progress thread before
     // it blocks (those in `waits` count as inside the library and stay); first a look without
     // waiting, so that a poll that finds its fds ready (a POLLOUT check before a write) does
@@ -389,14 +392,22 @@ unsafe fn poll_inline(
             }
         }
         let mine = ext[..n].iter().filter(|p| p.revents != 0).count();
-        if held {
-            // SAFETY: the caller's array, `n` entries.
-            unsafe { core::slice::from_raw_parts_mut(fds, n) }.copy_from_slice(&ext[..n]);
-            return Ok(mine as c_int);
-        }
-        let timed_out = r == 0 || left.is_some_and(|l| l.is_zero());
         // SAFETY: the caller's array, `n` entries.
         let out = || unsafe { core::slice::from_raw_parts_mut(fds, n) };
+        // (the sockets found readable before the round added)
+        let finish = |ext: &[pollfd], count: usize| {
+            let out = out();
+            out.copy_from_slice(ext);
+            if held_now.is_empty() {
+                count as c_int
+            } else {
+                with_held(out, held_now)
+            }
+        };
+        if held {
+            return Ok(finish(&ext[..n], mine));
+        }
+        let timed_out = r == 0 || left.is_some_and(|l| l.is_zero());
         match after_wait(serviced, mine > 0, timed_out) {
             AfterWait::Again => continue,
             AfterWait::Recheck => {
@@ -405,15 +416,20 @@ unsafe fn poll_inline(
                     n as nfds_t,
                     Some(core::time::Duration::ZERO),
                 ))?;
-                out().copy_from_slice(&ext[..n]);
-                return Ok(r2);
+                return Ok(finish(&ext[..n], r2 as usize));
             }
-            AfterWait::Done => {
-                out().copy_from_slice(&ext[..n]);
-                return Ok(mine as c_int);
-            }
+            AfterWait::Done => return Ok(finish(&ext[..n], mine)),
         }
     }
+}
+
+/// Adds `POLLIN` (as asked) to the entries of `fds` whose socket holds data for its reader
+/// (`held`: their fds); returns how many entries show anything.
+fn with_held(fds: &mut [pollfd], held: &[c_int]) -> c_int {
+    for p in fds.iter_mut().filter(|p| held.contains(&p.fd)) {
+        p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+    }
+    fds.iter().filter(|p| p.revents != 0).count() as c_int
 }
 
 /// What a `poll` does after a kernel wait in which no socket's round held data for its reader.

@@ -649,6 +649,96 @@ static int c_poll_two_threads(void)
 	return 0;
 }
 
+/* poll (how 0), select (1) or epoll_wait on ep (2: a and b registered for EPOLLIN, data = the
+ * fd) of fds a and b for input, waiting at most ms: the call's result; *in_a and *in_b say which
+ * were reported readable. */
+static int two_in(int a, int b, int how, int ep, int ms, int *in_a, int *in_b)
+{
+	int r;
+	if (how == 2) {
+		struct epoll_event ev[4];
+		r = epoll_wait(ep, ev, 4, ms);
+		*in_a = *in_b = 0;
+		for (int i = 0; i < r; i++) {
+			*in_a |= ev[i].data.fd == a && (ev[i].events & EPOLLIN);
+			*in_b |= ev[i].data.fd == b && (ev[i].events & EPOLLIN);
+		}
+	} else if (how == 1) {
+		fd_set rs;
+		FD_ZERO(&rs);
+		FD_SET(a, &rs);
+		FD_SET(b, &rs);
+		struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+		r = select((a > b ? a : b) + 1, &rs, NULL, NULL, &tv);
+		*in_a = r > 0 && FD_ISSET(a, &rs);
+		*in_b = r > 0 && FD_ISSET(b, &rs);
+	} else {
+		struct pollfd p[2] = { { .fd = a, .events = POLLIN }, { .fd = b, .events = POLLIN } };
+		r = poll(p, 2, ms);
+		*in_a = r > 0 && (p[0].revents & POLLIN);
+		*in_b = r > 0 && (p[1].revents & POLLIN);
+	}
+	return r;
+}
+
+/* Input one fd's reader leaves unread must not hide another fd's: a poll or select of both
+ * reports the second as soon as its data is there, though the first stays readable all along
+ * (iperf3 -R: the data stream's first bytes come before the control message that tells the
+ * client to read them, and its select must still report that message). Both watched by this
+ * thread first, so that their TCP input is this thread's to look at. */
+static int c_poll_held_other(void)
+{
+	int c1, s1, c2, s2;
+	TRY(mkpair(&c1, &s1));
+	TRY(mkpair(&c2, &s2));
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	REQE(ep >= 0, "epoll_create1");
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = c1 };
+	REQE(epoll_ctl(ep, EPOLL_CTL_ADD, c1, &ev) == 0, "epoll_ctl(ADD)");
+	ev.data.fd = c2;
+	REQE(epoll_ctl(ep, EPOLL_CTL_ADD, c2, &ev) == 0, "epoll_ctl(ADD)");
+	for (int how = 0; how < 3; how++) {
+		const char *call = how == 2 ? "epoll_wait" : how ? "select" : "poll";
+		uint64_t seed1 = xs_seed(95, 96, (uint64_t)how);
+		uint64_t seed2 = xs_seed(97, 98, (uint64_t)how);
+		int in1 = 0, in2 = 0;
+		int r = two_in(c1, c2, how, ep, 20, &in1, &in2);
+		REQE(r == 0, "%s of two quiet fds = %d", call, r);
+		TRY(put(s1, 300, seed1, 0, "data for the first fd"));
+		uint64_t dl = xs_deadline(WAIT_MS);
+		while (!in1 && xs_ms_left(dl) > 0) {
+			r = two_in(c1, c2, how, ep, xs_ms_left(dl), &in1, &in2);
+			REQE(r >= 0, "%s", call);
+		}
+		REQ(in1 && !in2, "%s: first fd readable %d, second %d; expected only the first", call,
+		    in1, in2);
+		TRY(put(s2, 200, seed2, 0, "data for the second fd"));
+		int calls = 0;
+		dl = xs_deadline(WAIT_MS);
+		while (!in2 && xs_ms_left(dl) > 0) {
+			calls++;
+			r = two_in(c1, c2, how, ep, xs_ms_left(dl), &in1, &in2);
+			REQE(r >= 0, "%s", call);
+			REQ(in1, "%s %d: the first fd's unread data no longer reported", call, calls);
+		}
+		REQ(in2,
+		    "%s: the second fd's input not reported in %d calls over %d ms while the first "
+		    "fd's data waited unread",
+		    call, calls, WAIT_MS);
+		note("%s: the second fd reported after %d call(s)", call, calls);
+		TRY(get(c1, 300, seed1, 0, "the first fd's data"));
+		TRY(get(c2, 200, seed2, 0, "the second fd's data"));
+	}
+	close(ep);
+	TRY(both_ways(c1, s1, "first connection after"));
+	TRY(both_ways(c2, s2, "second connection after"));
+	close(c1);
+	close(s1);
+	close(c2);
+	close(s2);
+	return 0;
+}
+
 static volatile sig_atomic_t sig_count; /* (the SIGUSR1 handler's, below) */
 static void on_usr1(int sig);
 
@@ -2750,6 +2840,7 @@ static const struct tcase cases[] = {
 	{ "poll", c_poll, "poll/ppoll: no POLLIN before data, POLLIN after, POLLOUT, partial reads" },
 	{ "poll-goes-on", c_poll_goes_on, "poll woken by zero-length Sends goes on with the time left, ends on time" },
 	{ "poll-two-threads", c_poll_two_threads, "two threads in poll(POLLIN) on one fd, or one in poll and one reading: data wakes both" },
+	{ "poll-held-other", c_poll_held_other, "poll/select/epoll_wait of two fds: the first one's unread data does not hide the second one's input" },
 	{ "ppoll-mask", c_ppoll_mask, "ppoll's signal mask holds during its wait: a pending signal it unblocks is EINTR" },
 	{ "poll-large", c_poll_large, "large messages after POLLIN: whole, pieces, MSG_PEEK, FIONREAD, raw read" },
 	{ "write-reuse", c_write_reuse, "large writes, buffer overwritten at once: peer gets every byte as written" },
