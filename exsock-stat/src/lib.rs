@@ -151,6 +151,68 @@ pub struct SlotData {
     pub opened_ms: u64,
     /// When the slot was last refreshed (ms since the epoch).
     pub updated_ms: u64,
+    /// Where the data is (zero from a writer that does not report it: `Q_VALID` clear).
+    pub queues: QueueData,
+}
+
+/// Where a socket's data was at the last refresh, and who watched it (the preload's
+/// `ddp_user::Queues`): byte counts saturate at `u32::MAX`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueData {
+    /// Input in the TCP socket not read by the engine.
+    pub tcp_in: u32,
+    /// Received stream data in the engine (held for a reader, or waiting for the socketpair).
+    pub backlog: u32,
+    /// Received stream data in the socketpair, for the application.
+    pub pair_in: u32,
+    /// Data the application wrote into the socketpair, not yet taken by the engine.
+    pub pair_out: u32,
+    /// Bytes the engine has still to write to the TCP socket.
+    pub unsent: u32,
+    /// The TCP socket's send queue (`SIOCOUTQ`).
+    pub tcp_out: u32,
+    /// Application threads inside the library on the socket.
+    pub inside: u16,
+    /// `Q_*` flags.
+    pub flags: u16,
+}
+
+/// [`QueueData::flags`]: received data held in the engine for a reader told it is readable.
+pub const Q_HELD: u16 = 1;
+/// ... and still in the TCP socket (announced, not read yet).
+pub const Q_ANNOUNCED: u16 = 2;
+/// The TCP fd is watched by an application thread (after its last wait), not the progress
+/// thread.
+pub const Q_LAZY: u16 = 4;
+/// The progress thread is armed for the TCP fd's input.
+pub const Q_ARMED_IN: u16 = 8;
+/// The progress thread is armed for the TCP fd's output.
+pub const Q_ARMED_OUT: u16 = 16;
+/// Stream sends went into the socketpair (the engine's send limit was reached).
+pub const Q_SPILLED: u16 = 32;
+/// The input has ended (EOF, or the connection failed).
+pub const Q_RX_DONE: u16 = 64;
+/// The queue fields were reported.
+pub const Q_VALID: u16 = 0x8000;
+
+impl QueueData {
+    /// The flags set, by name (`held`, `announced`, `lazy`, `armed-in`, `armed-out`,
+    /// `spilled`, `rx-done`).
+    pub fn flag_names(&self) -> Vec<&'static str> {
+        [
+            (Q_HELD, "held"),
+            (Q_ANNOUNCED, "announced"),
+            (Q_LAZY, "lazy"),
+            (Q_ARMED_IN, "armed-in"),
+            (Q_ARMED_OUT, "armed-out"),
+            (Q_SPILLED, "spilled"),
+            (Q_RX_DONE, "rx-done"),
+        ]
+        .iter()
+        .filter(|(f, _)| self.flags & f != 0)
+        .map(|&(_, n)| n)
+        .collect()
+    }
 }
 
 fn enc_addr(a: Option<SocketAddr>) -> [u64; 3] {
@@ -219,6 +281,11 @@ impl SlotData {
         w[17] = self.terms_received;
         w[18] = self.opened_ms;
         w[19] = self.updated_ms;
+        let q = &self.queues;
+        w[20] = u64::from(q.tcp_in) | u64::from(q.backlog) << 32;
+        w[21] = u64::from(q.pair_in) | u64::from(q.pair_out) << 32;
+        w[22] = u64::from(q.unsent) | u64::from(q.tcp_out) << 32;
+        w[23] = u64::from(q.inside) | u64::from(q.flags) << 16;
         w
     }
 
@@ -253,6 +320,16 @@ impl SlotData {
             terms_received: w[17],
             opened_ms: w[18],
             updated_ms: w[19],
+            queues: QueueData {
+                tcp_in: w[20] as u32,
+                backlog: (w[20] >> 32) as u32,
+                pair_in: w[21] as u32,
+                pair_out: (w[21] >> 32) as u32,
+                unsent: w[22] as u32,
+                tcp_out: (w[22] >> 32) as u32,
+                inside: w[23] as u16,
+                flags: (w[23] >> 16) as u16,
+            },
         }
     }
 }
@@ -402,7 +479,18 @@ mod tests {
             terms_received: 8,
             opened_ms: 9,
             updated_ms: 10,
+            queues: QueueData {
+                tcp_in: 11,
+                backlog: u32::MAX,
+                pair_in: 12,
+                pair_out: 13,
+                unsent: 14,
+                tcp_out: 15,
+                inside: 3,
+                flags: Q_VALID | Q_HELD | Q_RX_DONE,
+            },
         };
+        assert_eq!(d.queues.flag_names(), ["held", "rx-done"]);
         assert_eq!(SlotData::decode(&d.encode()), d);
         let s = Slot {
             words: [const { AtomicU64::new(0) }; SLOT_WORDS],

@@ -219,6 +219,22 @@ fn show_process(pid: u32) -> Result<(), String> {
             "    CRC errors {}, Terminates sent {} received {}{term}",
             d.crc_errors, d.terms_sent, d.terms_received
         );
+        let q = &d.queues;
+        if q.flags & exsock_stat::Q_VALID != 0 {
+            let flags = q.flag_names();
+            println!(
+                "    bytes in: TCP {} engine {} socketpair {} | out: socketpair {} engine {} TCP {} | threads inside {}{}{}",
+                q.tcp_in,
+                q.backlog,
+                q.pair_in,
+                q.pair_out,
+                q.unsent,
+                q.tcp_out,
+                q.inside,
+                if flags.is_empty() { "" } else { " | " },
+                flags.join(" ")
+            );
+        }
     }
     Ok(())
 }

@@ -22,7 +22,18 @@ use std::sync::Once;
 use ddp_user::sync::{Guard, Mutex};
 
 use ddp_user::{DdpSocket, WeakDdpSocket};
-use exsock_stat::{SEGMENT_SIZE, SLOTS, Segment, SlotData};
+use exsock_stat::{QueueData, SEGMENT_SIZE, SLOTS, Segment, SlotData};
+
+// The engine's queue flags go into the segment as they are: the same bits on both sides.
+const _: () = assert!(
+    ddp_user::QUEUE_HELD == exsock_stat::Q_HELD
+        && ddp_user::QUEUE_ANNOUNCED == exsock_stat::Q_ANNOUNCED
+        && ddp_user::QUEUE_LAZY == exsock_stat::Q_LAZY
+        && ddp_user::QUEUE_ARMED_IN == exsock_stat::Q_ARMED_IN
+        && ddp_user::QUEUE_ARMED_OUT == exsock_stat::Q_ARMED_OUT
+        && ddp_user::QUEUE_SPILLED == exsock_stat::Q_SPILLED
+        && ddp_user::QUEUE_RX_DONE == exsock_stat::Q_RX_DONE
+);
 use libc::c_int;
 
 use crate::log::{Addr, debug};
@@ -227,6 +238,16 @@ fn snapshot(sock: &DdpSocket, d: &mut SlotData) -> bool {
     d.terms_sent = c.terminates_sent;
     d.terms_received = c.terminates_received;
     d.updated_ms = now_ms();
+    d.queues = sock.queues().map_or(QueueData::default(), |q| QueueData {
+        tcp_in: q.tcp_in,
+        backlog: q.backlog,
+        pair_in: q.pair_in,
+        pair_out: q.pair_out,
+        unsent: q.unsent,
+        tcp_out: q.tcp_out,
+        inside: q.inside,
+        flags: q.flags | exsock_stat::Q_VALID,
+    });
     i.state != ddp_user::engine::cq::state::CLOSED
 }
 

@@ -5,6 +5,7 @@
 # addresses, the negotiated MPA parameters (rev 2, CRC on, markers off, IRD/ORD 16) and growing
 # byte/FPDU counters, no CRC error and no Terminate, and the server's sockets as accepted by a
 # dual-mode listener. When the client has exited, its segment (/dev/shm/exsock-PID) is gone.
+# Then a connection whose reader reads nothing: its queues show where the bytes wait.
 # timeout: 120
 . "$(dirname "$0")/apps-lib.bash"
 
@@ -44,5 +45,35 @@ wait_pid "$cpid" 30 || fail "iperf3 client failed: $(tail -n 3 "$tmp/c.out")"
 [ ! -e "/dev/shm/exsock-$cpid" ] && ok "the client's segment was removed at exit" || fail "/dev/shm/exsock-$cpid left behind"
 "$STAT" "$cpid" > /dev/null 2>&1 && fail "exsock-stat $cpid succeeds for an exited process"
 stop_pid "$spid"
-[ "$fails" -eq 0 ] && ok "exsock-stat shows peers, negotiated options, counters, state"
+
+# Where unread data waits: a python3 process sends 100,000 bytes to itself over a DDP
+# connection and reads none until told to. Once the sending end shows nothing left to send
+# ("out:" all 0), the receiving end's "bytes in:" (TCP, engine, socketpair) must add up to the
+# 100,000 bytes, plus at most the FPDUs' framing in the TCP part.
+mkfifo "$tmp/unread.in"
+EXSOCK_RULES="use ddp tcp_server 127.0.0.1:* program python3; use ddp tcp_client 127.0.0.1:* program python3" \
+  "$run" python3 "$EXSOCK_ROOT/test-apps/py/unread.py" < "$tmp/unread.in" > "$tmp/unread.out" 2>&1 &
+upid=$!; pids+=("$upid")
+exec 9> "$tmp/unread.in"  # (its stdin stays open until closed below)
+wait_for "unread.py to send" 20 "$upid" grep -q '^ready' "$tmp/unread.out" || { cat "$tmp/unread.out"; fail "unread.py did not start"; }
+read -r _ ufd_c ufd_s un < "$tmp/unread.out"
+# the "bytes in:"/"out:" line of fd $1 in $2: the six numbers
+qline() { awk -v fd="$1" '$1 == "fd" { on = ($2 == fd) } on && /bytes in:/ { print $4, $6, $8, $12, $14, $16 }' "$2"; }
+sent_all() { "$STAT" "$upid" > "$tmp/stat-u.txt" 2>&1 && [ "$(qline "$ufd_c" "$tmp/stat-u.txt" | awk '{ print $4 + $5 + $6 }')" = 0 ]; }
+if wait_for "the sending end to have nothing left to send" 15 "$upid" sent_all; then
+  sed 's/^/    /' "$tmp/stat-u.txt"
+  read -r qt qe qp _ <<< "$(qline "$ufd_s" "$tmp/stat-u.txt")"
+  if [ -n "$qt" ] && [ $((qt + qe + qp)) -ge "$un" ] && [ $((qe + qp)) -le "$un" ] && [ $((qt + qe + qp)) -le $((un + un / 50)) ]; then
+    ok "the unread $un bytes show where they wait: TCP $qt, engine $qe, socketpair $qp"
+  else
+    fail "the unread $un bytes: exsock-stat shows TCP '$qt' engine '$qe' socketpair '$qp'"
+  fi
+else
+  cat "$tmp/stat-u.txt"; fail "the sending end of unread.py still shows bytes to send"
+fi
+exec 9>&-
+wait_pid "$upid" 30 && grep -q '^ok' "$tmp/unread.out" && ok "unread.py: $(sed -n 's/^ok: //p' "$tmp/unread.out")" \
+  || fail "unread.py: $(tail -n 2 "$tmp/unread.out")"
+
+[ "$fails" -eq 0 ] && ok "exsock-stat shows peers, negotiated options, counters, state, queues"
 finish "apps-stat (exsock-stat on a running iperf3 pair)"

@@ -59,6 +59,46 @@ impl core::fmt::Debug for DdpSocket {
     }
 }
 
+/// Where a socket's data is at one moment, and who watches it ([`DdpSocket::queues`]): what a
+/// stalled connection is diagnosed with (`exsock-stat`). Byte counts saturate at `u32::MAX`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Queues {
+    /// Input in the TCP socket that the engine has not read (`FIONREAD` of the TCP fd).
+    pub tcp_in: u32,
+    /// Received stream data in the engine's backlog (held for a reader, or waiting for room
+    /// in the socketpair).
+    pub backlog: u32,
+    /// Received stream data in the socketpair, for the application's reads.
+    pub pair_in: u32,
+    /// Stream data the application wrote into the socketpair that the engine has not taken.
+    pub pair_out: u32,
+    /// Bytes the engine has still to write to the TCP socket (framed or queued).
+    pub unsent: u32,
+    /// Bytes in the TCP socket's send queue (`SIOCOUTQ`: not yet acknowledged by the peer).
+    pub tcp_out: u32,
+    /// Application threads inside the library on this socket now.
+    pub inside: u16,
+    /// `QUEUE_*` flags.
+    pub flags: u16,
+}
+
+/// [`Queues::flags`]: received data is held in the engine for a reader that was told the fd
+/// is readable.
+pub const QUEUE_HELD: u16 = 1;
+/// ... and that data is still in the TCP socket (announced to the reader, not yet read).
+pub const QUEUE_ANNOUNCED: u16 = 2;
+/// The TCP fd is watched by an application thread (held lazily after its last wait), not by
+/// the progress thread.
+pub const QUEUE_LAZY: u16 = 4;
+/// The progress thread is armed for the TCP fd's input.
+pub const QUEUE_ARMED_IN: u16 = 8;
+/// The progress thread is armed for the TCP fd's output (an unsent tail).
+pub const QUEUE_ARMED_OUT: u16 = 16;
+/// Stream sends went into the socketpair (the engine's send limit was reached).
+pub const QUEUE_SPILLED: u16 = 32;
+/// The connection's input has ended (EOF, or the connection failed).
+pub const QUEUE_RX_DONE: u16 = 64;
+
 /// Counters beyond `DDP_CONN_INFO` ([`DdpSocket::counters`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -1652,6 +1692,35 @@ impl DdpSocket {
                 rx_small_rounds: rx.small_rounds,
             }
         }))
+    }
+
+    /// Where the socket's data is now ([`Queues`]): for observers (the stats thread), off the
+    /// data path (takes the socket's lock; four `ioctl`s).
+    pub fn queues(&self) -> Result<Queues, Errno> {
+        let sh = self.sh();
+        if sh.in_child() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let sat = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let st = sh.lock();
+        let flag = |on: bool, f: u16| if on { f } else { 0 };
+        let armed = st.tcp_armed;
+        Ok(Queues {
+            tcp_in: sat(sys::inq(sh.tcp_fd).unwrap_or(0)),
+            backlog: sat(st.backlog.len()),
+            pair_in: sat(sys::inq(sh.app_end).unwrap_or(0)),
+            pair_out: sat(sys::inq(sh.eng_end).unwrap_or(0)),
+            unsent: sat(st.unsent_bytes() as usize),
+            tcp_out: sat(sys::ioctl_count(sh.tcp_fd, libc::TIOCOUTQ).unwrap_or(0)),
+            inside: st.inline.min(u32::from(u16::MAX)) as u16,
+            flags: flag(st.hold, QUEUE_HELD)
+                | flag(st.hold && st.announced, QUEUE_ANNOUNCED)
+                | flag(st.lazy_until.is_some(), QUEUE_LAZY)
+                | flag(armed & libc::EPOLLIN as u32 != 0, QUEUE_ARMED_IN)
+                | flag(armed & libc::EPOLLOUT as u32 != 0, QUEUE_ARMED_OUT)
+                | flag(st.spilled, QUEUE_SPILLED)
+                | flag(st.rx_done(), QUEUE_RX_DONE),
+        })
     }
 
     /// A reference that does not keep the socket open (for observers such as a stats thread).
