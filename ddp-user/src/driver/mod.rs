@@ -574,7 +574,10 @@ impl Engine {
     /// be woken to see a new deadline. The thread clears its plan before it walks the
     /// deadlines and sets it only after, so a deadline noted meanwhile always wakes it.
     fn wakes_after(&self, at: Option<Duration>) -> bool {
-        at.is_none_or(|a| (a.as_nanos() as u64) < self.next_wake.load(Ordering::SeqCst))
+        let plan = self.next_wake.load(Ordering::SeqCst);
+        // (0: walking; it may have taken its snapshot of the deadlines without this one, or
+        // removed it, and would plan its sleep without it)
+        plan == 0 || at.is_none_or(|a| (a.as_nanos() as u64) < plan)
     }
 
     /// Serves the groups' deadlines; returns the time until the next one.
@@ -1375,5 +1378,54 @@ impl Drop for Shared {
         if let Some(fd) = cq.fd {
             let _ = sys::close(fd);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the engine's wake eventfd has been signalled (drained if so).
+    fn woken(e: &Engine) -> bool {
+        let mut p = libc::pollfd {
+            fd: e.wake_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        if r == 1 {
+            let _ = sys::eventfd_drain(e.wake_fd);
+        }
+        r == 1
+    }
+
+    /// The progress thread's loop (`Engine::run`) replayed step by step, with a socket's
+    /// first deadline (a lazy hand-back or a hold, `watch_deadline_at`) noted by an
+    /// application thread while the progress thread walks the deadlines, after it took its
+    /// snapshot of `timed` (the socket was not in it, or the walk removed it under the
+    /// socket's lock). The walk then plans its sleep without that deadline: unless the
+    /// eventfd was signalled, the thread sleeps past it (with no other deadline and no
+    /// event: for good), and the socket's TCP fd or held data stays with no one watching.
+    #[test]
+    fn a_deadline_noted_during_the_walk_wakes_the_progress_thread() {
+        let e = engine().expect("engine");
+        // (no test of this binary makes a socket: no progress thread drains the eventfd or
+        // writes the plan behind this test's back)
+        assert!(!e.thread.is_completed(), "the progress thread runs in this test binary");
+        let _ = woken(e);
+        // progress thread: awake, walking (what `run` stores first)
+        e.next_wake.store(0, Ordering::SeqCst);
+        let snapshot = e.timed_ids();
+        assert!(snapshot.iter().all(|id| id != 4242));
+        // application thread: the socket's first lazy deadline, `LAZY_REARM` from now
+        e.watch_deadline_at(4242, Some(e.now() + LAZY_REARM));
+        // progress thread: its walk found no deadline; it will sleep until an event
+        e.next_wake.store(u64::MAX, Ordering::SeqCst);
+        assert!(
+            woken(e),
+            "a deadline noted during the walk did not wake the progress thread: it sleeps past it"
+        );
+        lock(&e.timed).remove(&4242);
     }
 }
