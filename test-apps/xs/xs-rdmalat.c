@@ -84,6 +84,7 @@ struct wside {
 	int who;               /* 'c' or 's' */
 	struct xs_cq *cq;
 	uint8_t *mine, *src;   /* my registered region (the peer writes it), my Write source */
+	size_t slot;           /* the largest size: `mine` holds two slots of it (see below) */
 	struct xs_region peer; /* the peer's region */
 	uint64_t notice_in, notice_out;
 	int have_notice;       /* a receive completed; its notice is in `notice` */
@@ -164,7 +165,8 @@ static int post_notice_recv(struct wside *w)
  * by the notice, not first by the Write alone. */
 static int write_and_notify(struct wside *w, uint32_t size, uint64_t it)
 {
-	if (xs_post_write(w->cq, WR_WRITE, w->src, size, w->peer.stag, w->peer.addr, DDP_MORE) != 0) {
+	if (xs_post_write(w->cq, WR_WRITE, w->src, size, w->peer.stag,
+			  w->peer.addr + (it & 1) * w->slot, DDP_MORE) != 0) {
 		xs_perr("ddp_post_write (size %u)", size);
 		return -1;
 	}
@@ -181,9 +183,10 @@ static int check_written(struct wside *w, uint32_t size, uint64_t it)
 {
 	size_t bad;
 	uint64_t seed = wseed(w->who == 'c' ? 's' : 'c', size, it);
-	if (xs_check(w->mine, size, seed, 0, &bad)) {
+	const uint8_t *at = w->mine + (it & 1) * w->slot;
+	if (xs_check(at, size, seed, 0, &bad)) {
 		xs_report_mismatch(w->who == 'c' ? "the server's RDMA Write" : "the client's RDMA Write",
-				   w->mine, size, seed, 0, bad);
+				   at, size, seed, 0, bad);
 		return -1;
 	}
 	return 0;
@@ -199,12 +202,18 @@ static int write_setup(int fd, const struct xs_plan *p, struct wside *w, int who
 		xs_pfatal("malloc");
 	xs_cq_init(w->cq, fd);
 	w->src = xs_alloc(ms);
-	w->mine = region(fd, ms, DDP_ACCESS_LOCAL_WRITE | DDP_ACCESS_REMOTE_WRITE, &stag);
+	/* Two slots, iteration `it` in slot it & 1: the server checks the client's Write after it
+	 * has answered (outside the sample), and the client's next Write may then arrive while
+	 * it checks; it goes into the other slot (the one after it waits for the server's next
+	 * answer, which comes after this check). */
+	w->slot = ms;
+	w->mine = region(fd, 2 * (size_t)ms, DDP_ACCESS_LOCAL_WRITE | DDP_ACCESS_REMOTE_WRITE, &stag);
 	if (!w->mine)
 		return -1;
 	if (who == 's') {
 		/* advertise, learn the client's region, then say "ready" with a Send */
-		if (xs_send_region(fd, w->mine, stag, ms) != 0 || xs_recv_region(fd, &w->peer, ms) != 0 ||
+		if (xs_send_region(fd, w->mine, stag, 2 * (size_t)ms) != 0 ||
+		    xs_recv_region(fd, &w->peer, 2 * (size_t)ms) != 0 ||
 		    post_notice_recv(w) != 0)
 			return -1;
 		w->notice_out = READY_IT;
@@ -217,8 +226,8 @@ static int write_setup(int fd, const struct xs_plan *p, struct wside *w, int who
 		return 0;
 	}
 	/* the client's receive is posted before its advertisement lets the server go on */
-	if (xs_recv_region(fd, &w->peer, ms) != 0 || post_notice_recv(w) != 0 ||
-	    xs_send_region(fd, w->mine, stag, ms) != 0 || wait_notice(w, READY_IT) != 0)
+	if (xs_recv_region(fd, &w->peer, 2 * (size_t)ms) != 0 || post_notice_recv(w) != 0 ||
+	    xs_send_region(fd, w->mine, stag, 2 * (size_t)ms) != 0 || wait_notice(w, READY_IT) != 0)
 		return -1;
 	return post_notice_recv(w);
 }
@@ -240,7 +249,10 @@ static int write_server(int fd, const struct xs_plan *p)
 			if (wait_notice(&w, it) != 0)
 				return -1;
 			int last = si + 1 == p->nsizes && it + 1 == total;
-			if (write_and_notify(&w, size, it) != 0 || (!last && post_notice_recv(&w) != 0))
+			/* the receive for the client's next notice first: the client sends it as soon
+			 * as this notice arrives, and a Send that finds no receive posted ends the
+			 * connection (DDP Terminate "no buffer available") */
+			if ((!last && post_notice_recv(&w) != 0) || write_and_notify(&w, size, it) != 0)
 				return -1;
 			if (check_written(&w, size, it) != 0)
 				return -1;
