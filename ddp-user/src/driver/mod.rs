@@ -1412,7 +1412,10 @@ mod tests {
         let e = engine().expect("engine");
         // (no test of this binary makes a socket: no progress thread drains the eventfd or
         // writes the plan behind this test's back)
-        assert!(!e.thread.is_completed(), "the progress thread runs in this test binary");
+        assert!(
+            !e.thread.is_completed(),
+            "the progress thread runs in this test binary"
+        );
         let _ = woken(e);
         // progress thread: awake, walking (what `run` stores first)
         e.next_wake.store(0, Ordering::SeqCst);
