@@ -600,7 +600,8 @@ fn stream_chained_reads_wrong_guesses() {
 /// A nonblocking stream writer whose peer sends nothing reads no input as it writes: its
 /// TCP fd's input interest is armed with the progress thread, which would be told of any
 /// input, so a write does not also try a read (one `recvfrom` saying `EAGAIN` per write
-/// before). Every byte arrives, in order.
+/// before), nor does the progress thread when it is told of output room or takes a spilled
+/// write from the socketpair. Every byte arrives, in order.
 #[test]
 fn a_writer_that_receives_nothing_does_not_read_per_write() {
     bounded(60, || {
@@ -633,10 +634,12 @@ fn a_writer_that_receives_nothing_does_not_read_per_write() {
         assert!(got[..] == data[..], "stream content differs");
         eprintln!("{writes} writes, {reads} input reads");
         assert!(writes >= 64, "{writes} writes");
-        // (before: one per write at least; some come with the kernel's back-pressure, when
-        // the progress thread's interest fired for POLLOUT and a write finds it disarmed)
+        // (before: one per write at least; then a read per report of output room to the
+        // progress thread and per spilled write it took from the socketpair, 20 to 290 of
+        // 512 depending on the machine's pace; none now but those of a write that finds
+        // the interest used up by such a report that came while it was inside)
         assert!(
-            reads * 2 <= writes,
+            reads * 8 <= writes,
             "{reads} input reads for {writes} writes of a writer that receives nothing"
         );
     });

@@ -108,6 +108,10 @@ pub(crate) struct Engine {
     origin_ns: u64,
 }
 
+/// The epoll events of a TCP fd that call for a read: input, its end, an error.
+const INPUT_EVENTS: u32 =
+    (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+
 /// How long a socket's TCP fd stays with the application after the last application thread
 /// left the library on it (docs/engine.md "Handing the TCP fd back lazily"): a thread that
 /// comes back within it (the next `recv`/`poll`/`send` of a request-response exchange) finds
@@ -1059,7 +1063,7 @@ impl Shared {
     }
 
     /// A one-shot epoll event for this socket, on the progress thread.
-    fn on_event(&self, kind: u64, _events: u32) {
+    fn on_event(&self, kind: u64, events: u32) {
         let mut st = self.lock();
         if st.finalized {
             return;
@@ -1086,11 +1090,15 @@ impl Shared {
                 }
                 return;
             }
-            true
+            // (a report of output room alone: there was no input when it came, and the
+            // re-arm below, level-triggered, reports any that came since; a read here
+            // would say EAGAIN, one per stalled write of a sender that receives nothing)
+            events & INPUT_EVENTS != 0
         } else {
             st.eng_armed = 0;
             st.pump_eng(self);
-            st.inline == 0
+            // (not while the TCP fd's input interest is armed: input is reported there)
+            st.inline == 0 && st.tcp_armed & libc::EPOLLIN as u32 == 0
         };
         self.progress(&mut st, None, read_input);
     }
