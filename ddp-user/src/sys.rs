@@ -293,6 +293,26 @@ pub fn retire(fd: RawFd, inert: RawFd) -> Result<()> {
     r.map(drop)
 }
 
+/// The inode number of the file `fd` refers to (`fstat`).
+pub fn inode(fd: RawFd) -> Result<u64> {
+    // SAFETY: all-zero is a valid `stat`.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: `st` is a valid, writable `stat`.
+    cvt(unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) })?;
+    Ok(st.st_ino)
+}
+
+/// Whether the socket `fd` reports a hang-up (`POLLHUP`: for one end of a socketpair, the
+/// other end's file was released by every process), without waiting.
+pub fn hung_up(fd: RawFd) -> bool {
+    let mut p = [libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    }];
+    matches!(poll(&mut p, Some(Duration::ZERO)), Ok(1) if p[0].revents & libc::POLLHUP != 0)
+}
+
 /// `socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | extra, 0)`.
 pub fn socketpair(extra_flags: c_int) -> Result<(RawFd, RawFd)> {
     let mut fds = [-1 as c_int; 2];

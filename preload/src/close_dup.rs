@@ -26,21 +26,31 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 }
 
 fn routed_close(_h: Handle, fd: c_int) -> Result<c_int, Errno> {
+    if fdtable::borrowed() {
+        // (a vfork child: the table and the sockets are its parent's)
+        // SAFETY: no pointer arguments.
+        return cvt(unsafe { real::close(fd) });
+    }
     // The slot is cleared first (the number may be reused as soon as the real close returns);
     // the last fd of a DDP socket closes the connection (bounded: the engine lingers on its
-    // progress thread, this call does not wait).
-    if let Some(prev) = fdtable::clear(fd) {
-        entry::release(prev);
-    }
+    // progress thread, this call does not wait) after the real close: by then the socket's
+    // file is released unless another process still has it (a forked child), which is how
+    // the engine tells the two apart (`ddp_user` keeps such a connection open for them).
+    let prev = fdtable::clear(fd);
     // (an epoll fd that watches DDP sockets is marked: its hints go with it)
     crate::poll::forget_epoll_fds(fd, fd);
     // SAFETY: no pointer arguments.
     let rc = unsafe { real::close(fd) };
+    let res = cvt(rc);
+    if let Some(prev) = prev {
+        let _errno = ErrnoGuard::new();
+        entry::release(prev);
+    }
     if crate::log::enabled() {
         let _errno = ErrnoGuard::new();
         debug!("close({fd}) = {} [tracked]", Outcome::of(rc.into()));
     }
-    cvt(rc)
+    res
 }
 
 /// `close_range(2)`.
@@ -49,7 +59,7 @@ fn routed_close(_h: Handle, fd: c_int) -> Result<c_int, Errno> {
 /// No pointers; as for libc's `close_range`.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && fdtable::any() && !fdtable::borrowed() {
         crate::poll::forget_epoll_fds(
             c_int::try_from(first).unwrap_or(c_int::MAX),
             c_int::try_from(last).unwrap_or(c_int::MAX),
@@ -66,7 +76,10 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 /// No pointers; as for libc's `closefrom`.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn closefrom(lowfd: c_int) {
-    if let Ok(first) = c_uint::try_from(lowfd) {
+    if let Ok(first) = c_uint::try_from(lowfd)
+        && fdtable::any()
+        && !fdtable::borrowed()
+    {
         crate::poll::forget_epoll_fds(lowfd, c_int::MAX);
         fdtable::clear_range(first, c_uint::MAX, entry::release);
     }
@@ -96,7 +109,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 /// No pointers; as for libc's `dup2`.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    if new != old {
+    if new != old && !(fdtable::any() && fdtable::borrowed()) {
         crate::poll::forget_epoll_fds(new, new);
     }
     if !fdtable::any() {
@@ -115,7 +128,9 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 /// No pointers; as for libc's `dup3`.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    crate::poll::forget_epoll_fds(new, new);
+    if !(fdtable::any() && fdtable::borrowed()) {
+        crate::poll::forget_epoll_fds(new, new);
+    }
     if !fdtable::any() {
         // SAFETY: no pointer arguments.
         return unsafe { real::dup3(old, new, flags) };
@@ -131,7 +146,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 /// fewer). Shared with `fcntl(F_DUPFD*)`.
 pub fn tracked_dup(old: c_int, f: impl FnOnce(c_int) -> c_int) -> Result<c_int, Errno> {
     let new = cvt(f(old))?;
-    if new != old {
+    if new != old && !fdtable::borrowed() {
         crate::route::dup_mark(old, new);
         if crate::log::enabled() && fdtable::lookup(new).is_some() {
             let _errno = ErrnoGuard::new();

@@ -57,6 +57,29 @@ pub fn lookup_marked(fd: c_int) -> Option<Handle> {
     NonZeroU64::new(slot.load(Ordering::Acquire)).map(Handle)
 }
 
+/// The process the table belongs to (set by the constructor and in a forked child).
+static OWNER: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+
+/// The table belongs to the calling process from now on (the constructor; the `fork` child
+/// handler).
+pub fn own() {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::syscall(libc::SYS_getpid) } as i32;
+    OWNER.store(pid, Ordering::Relaxed);
+}
+
+/// Whether the caller is a child that shares its parent's memory without being told of the
+/// fork (`vfork`, `posix_spawn`, `clone(CLONE_VM)`: no `pthread_atfork` handler ran): the
+/// table is its parent's, which a `close`, `close_range` or `dup2` there must not change —
+/// Python's `subprocess` closes every inherited fd with `close_range` in such a child before
+/// it execs, which emptied the parent's table and closed its DDP connections. Costs a
+/// `getpid`: asked by the calls that change the table only.
+pub fn borrowed() -> bool {
+    let owner = OWNER.load(Ordering::Relaxed);
+    // SAFETY: getpid has no preconditions.
+    owner != 0 && unsafe { libc::syscall(libc::SYS_getpid) } as i32 != owner
+}
+
 /// Whether any fd has ever been marked (for calls that route on something other than one fd,
 /// like poll and select).
 #[inline(always)]

@@ -12,7 +12,10 @@
 //! `vfork` and `posix_spawn` are not interposed: their children only `exec`, and the exec'd
 //! image starts with an empty table (an inherited DDP fd is then a plain socketpair end: the
 //! byte stream still served by the creating process's engine, as an inherited TCP socket is
-//! shared — docs/engine.md). `clone` is not interposed either.
+//! shared — docs/engine.md). `clone` is not interposed either. Such a child runs in its
+//! parent's memory until it execs, and may call hooks meanwhile (Python's `subprocess` does
+//! `dup2` and `close_range`): the calls that change the fd table leave it alone there
+//! ([`crate::fdtable::borrowed`]), so the parent keeps its sockets.
 
 use libc::pid_t;
 

@@ -18,6 +18,7 @@
 #include "common.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -2267,6 +2268,114 @@ static int c_fork(void)
 	return 0;
 }
 
+/* the sockets this process has open (bounded; the library's own eventfds and epoll fds,
+ * made with its first DDP socket, are not sockets) */
+static int count_sockets(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	int n = 0, seen = 0;
+	struct dirent *e;
+	struct stat st;
+	while ((e = readdir(d)) != NULL && ++seen < 1000000)
+		if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISSOCK(st.st_mode))
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* the forking server's child: it serves the accepted sockets the parent let go of, then
+ * closes them and stays alive until told (the peer's EOF must come from its close, not its
+ * exit) */
+static int fork_server_child(const int *c, const int *s, int go)
+{
+	cur_case = "fork-server (child)";
+	for (int i = 0; i < 3; i++)
+		close(c[i]); /* the child does not use the parent's ends */
+	uint64_t in = xs_seed(52, 53, 54), out = xs_seed(55, 56, 57);
+	/* 1: both ways, then a half close: the child reads on after its shutdown */
+	TRY(get(s[0], 300000, in, 0, "child reads the peer's request on inherited socket 1"));
+	TRY(put(s[0], 500000, out, 0, "child answers on inherited socket 1"));
+	REQE(shutdown(s[0], SHUT_WR) == 0, "child: shutdown(SHUT_WR) of socket 1");
+	TRY(get(s[0], 7000, in, 300000, "child reads on socket 1 after its shutdown"));
+	TRY(expect_eof(s[0], "child: the peer's shutdown of socket 1"));
+	close(s[0]);
+	/* 2: an answer, then a close: that close is the end of the stream for the peer */
+	TRY(get(s[1], 1000, in, 0, "child reads the peer's request on inherited socket 2"));
+	TRY(put(s[1], 200000, out, 0, "child answers on inherited socket 2"));
+	close(s[1]);
+	/* 3: the peer closes first: the end of the stream, then the child's close */
+	TRY(get(s[2], 3000, in, 0, "child reads the peer's last words on inherited socket 3"));
+	TRY(expect_eof(s[2], "child: the peer's close of socket 3"));
+	close(s[2]);
+	char b;
+	REQE(read(go, &b, 1) == 1, "child: waiting to be told to exit");
+	return 0;
+}
+
+/* The forking server: accepted sockets are handed to a child and the parent closes its copies
+ * at once (socat fork, inetd, ForkingMixIn). The connections live on with the child in both
+ * directions, a half close included, and one ends when the child closes it, before the child
+ * exits. */
+static int c_fork_server(void)
+{
+	int c[3], s[3], go[2];
+	int socks0 = count_sockets();
+	for (int i = 0; i < 3; i++)
+		TRY(mkpair(&c[i], &s[i]));
+	TRY(both_ways(c[0], s[0], "before fork"));
+	REQE(pipe(go) == 0, "pipe");
+	fflush(stdout);
+	pid_t pid = fork();
+	REQE(pid >= 0, "fork");
+	if (pid == 0) {
+		close(go[1]);
+		int r = fork_server_child(c, s, go[0]);
+		fflush(stdout);
+		_exit(r == 0 ? 0 : 1);
+	}
+	close(go[0]);
+	for (int i = 0; i < 3; i++)
+		close(s[i]); /* the parent lets go of the accepted sockets */
+	uint64_t in = xs_seed(52, 53, 54), out = xs_seed(55, 56, 57);
+	int rc = put(c[0], 300000, in, 0, "peer's request on connection 1");
+	if (rc == 0)
+		rc = get(c[0], 500000, out, 0, "peer reads the child's answer on connection 1");
+	if (rc == 0)
+		rc = expect_eof(c[0], "peer: the child's shutdown(SHUT_WR) of connection 1");
+	if (rc == 0)
+		rc = put(c[0], 7000, in, 300000, "peer writes on connection 1 after the child's shutdown");
+	if (rc == 0)
+		rc = shutdown(c[0], SHUT_WR) == 0 ? 0 : fail_(__LINE__, 1, errno, "peer: shutdown(SHUT_WR)");
+	if (rc == 0)
+		rc = put(c[1], 1000, in, 0, "peer's request on connection 2");
+	if (rc == 0)
+		rc = get(c[1], 200000, out, 0, "peer reads the child's answer on connection 2");
+	if (rc == 0)
+		rc = expect_eof(c[1], "peer: the child's close of connection 2 (the child still lives)");
+	if (rc == 0)
+		rc = put(c[2], 3000, in, 0, "peer's last words on connection 3");
+	close(c[2]);
+	if (write(go[1], "x", 1) != 1 && rc == 0)
+		rc = fail_(__LINE__, 1, errno, "telling the child to exit");
+	close(go[1]);
+	int st;
+	TRY(wait_child(pid, 20000, &st));
+	REQ(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status 0x%x)", st);
+	close(c[0]);
+	close(c[1]);
+	TRY(rc);
+	/* every connection is over: the parent holds no socket of any of them any more (the
+	 * library's descriptors of a socket included) */
+	uint64_t dl = xs_deadline(WAIT_MS);
+	int n;
+	while ((n = count_sockets()) > socks0 && xs_ms_left(dl) > 0)
+		sleep_ms(2); /* bounded polling: closes finish on the engine's thread */
+	REQ(n == socks0, "%d sockets open after the connections ended, %d before", n, socks0);
+	return 0;
+}
+
 /* fork-exec traffic: 256 bytes each way, a pattern anyone can recompute (no seed state). */
 #define FX_LEN 256
 static void fx_fill(uint8_t *b, int dir)
@@ -2869,6 +2978,7 @@ static const struct tcase cases[] = {
 	{ "fd-reuse", c_fd_reuse, "a closed socket's fd number taken by a new socket: calls reach the new one, the old one's peer reads EOF" },
 	{ "eintr", c_eintr, "signal during a blocking read: EINTR; with SA_RESTART the read completes" },
 	{ "fork", c_fork, "fork: child uses the inherited fd as a byte stream, ext calls EOPNOTSUPP, own connection" },
+	{ "fork-server", c_fork_server, "forking server: the parent closes accepted sockets at once, the child serves them (both ways, half close), its close ends the stream" },
 	{ "fork-exec", c_fork_exec, "fork+exec: the inherited fd is the byte stream shared with the parent (as TCP)" },
 	{ "listener-inherit", c_listener_inherit, "a DDP listener's options on its accepted sockets (DDP_CONN_INFO)" },
 	{ "raw-syscalls", c_raw_syscalls, "raw write/read/ppoll syscalls on the fd" },

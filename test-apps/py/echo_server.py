@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Echo server for exsock's application tests (scripts/tests/apps-python.sh, apps-dual.sh).
 
-Every byte a client sends is sent back. Two ways to serve, both unmodified Python:
+Every byte a client sends is sent back. Three ways to serve, all unmodified Python:
   (default)   asyncio: a non-blocking listener and non-blocking connections on epoll
   --threads   one blocking thread per connection behind a blocking accept() (socketserver)
+  --fork      one child process per connection (socketserver.ForkingTCPServer: the parent
+              closes its copy of the accepted socket at once, the child serves it)
 --greet makes the server speak first: "HELLO <n>\\n" on every new connection before echoing
 (a server-speaks-first protocol, for the dual-mode listener). Prints "listening on PORT" once
 the listener is up, then runs until killed.
@@ -18,6 +20,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--port", type=int, required=True)
 ap.add_argument("--host", default="127.0.0.1")
 ap.add_argument("--threads", action="store_true")
+ap.add_argument("--fork", action="store_true")
 ap.add_argument("--greet", action="store_true")
 args = ap.parse_args()
 count = 0
@@ -68,7 +71,12 @@ class Handler(socketserver.BaseRequestHandler):
         s.shutdown(socket.SHUT_WR)
 
 
-if args.threads:
+if args.fork:
+    socketserver.ForkingTCPServer.allow_reuse_address = True
+    with socketserver.ForkingTCPServer((args.host, args.port), Handler) as srv:
+        print("listening on", args.port, flush=True)
+        srv.serve_forever()
+elif args.threads:
     socketserver.ThreadingTCPServer.allow_reuse_address = True
     socketserver.ThreadingTCPServer.daemon_threads = True
     with socketserver.ThreadingTCPServer((args.host, args.port), Handler) as srv:

@@ -970,6 +970,12 @@ pub(crate) struct ConnState {
     pub(crate) rx_eof: bool,
     /// `eng_end` reported EOF (the application shut down its side with a raw syscall).
     eng_rd_eof: bool,
+    /// The application closed its last fd of the socket while another process still had the
+    /// socketpair's app end (a forked child, an exec'd program, a raw `dup`, an fd passed in
+    /// `SCM_RIGHTS`): the connection carries on as a byte stream served here, as a TCP
+    /// socket does while any process has it, until `eng_end` reports the hang-up
+    /// ([`super::Shared::close_if_released`]).
+    pub(crate) others_hold: bool,
     /// `shutdown(eng_end, SHUT_WR)` done.
     pub(crate) eng_shut: bool,
     /// `Event::Closed` seen: the protocol stream is over.
@@ -1056,6 +1062,7 @@ impl ConnState {
             wait_set_busy: false,
             rx_eof: false,
             eng_rd_eof: false,
+            others_hold: false,
             eng_shut: false,
             conn_done: false,
             want_shut_wr: false,
@@ -1074,6 +1081,16 @@ impl ConnState {
     pub(crate) fn is_open(&self) -> bool {
         matches!(self.phase, Phase::Open)
             && self.conn.as_ref().is_some_and(|c| c.state() == State::Open)
+    }
+
+    /// Whether the connection can carry no more of the application's bytes: the MPA exchange
+    /// failed, or the protocol stream is over or no longer open.
+    pub(crate) fn stream_over(&self) -> bool {
+        match self.phase {
+            Phase::Startup(_) => false,
+            Phase::Failed => true,
+            Phase::Open => self.conn_done || !self.is_open(),
+        }
     }
 
     /// Whether the application's end of the socketpair is as the engine left it: not shut
@@ -2639,6 +2656,11 @@ impl ConnState {
         }
         if !self.backlog.is_empty() && !self.hold {
             ev |= libc::EPOLLOUT as u32;
+        }
+        if self.others_hold && (self.eng_rd_eof || self.stream_over()) {
+            // (its input ended, or could not be sent: the hang-up, when the last holder
+            // closes, is all that is left to hear of it; `Shared::close_if_released`)
+            ev |= libc::EPOLLHUP as u32;
         }
         ev
     }

@@ -372,6 +372,8 @@ pub fn after_fork_in_parent() {
 /// and waits, at most `timeout`, until each has written what it had queued and sent its FIN.
 /// Without it, data a program wrote just before exiting dies with the progress thread (a TCP
 /// socket's data would still be sent by the kernel). Does not wait for the peer's FIN.
+/// Sockets this process closed while another process still had them (a forked child's)
+/// are closed too: with this process's engine gone, no one would serve them.
 pub fn flush_at_exit(timeout: Duration) {
     let cur = ENGINE.load(Ordering::Acquire);
     // SAFETY: ENGINE only ever holds null or a leaked, never freed `Box<Engine>`.
@@ -384,6 +386,11 @@ pub fn flush_at_exit(timeout: Duration) {
     let socks: Vec<Arc<Shared>> = lock(&e.conns).values().cloned().collect();
     for sh in &socks {
         sh.close();
+        // (one that others still had goes too: this process served it, and no one will)
+        let mut st = sh.lock();
+        if st.others_hold && !st.finalized {
+            sh.close_now(&mut st);
+        }
     }
     let deadline = Instant::now() + timeout;
     loop {
@@ -752,6 +759,9 @@ pub(crate) struct Shared {
     pub(crate) tcp_fd: RawFd,
     pub(crate) eng_end: RawFd,
     pub(crate) app_end: RawFd,
+    /// The inodes of `tcp_fd`, `eng_end` and `app_end` (0: unknown), to recognise them in
+    /// a forked child ([`Shared::close_in_child`]).
+    pub(crate) inodes: [u64; 3],
     pub(crate) pd: u32,
     pub(crate) own_pd: bool,
     pub(crate) zero_based: bool,
@@ -1097,6 +1107,10 @@ impl Shared {
         } else {
             st.eng_armed = 0;
             st.pump_eng(self);
+            self.close_if_released(&mut st);
+            if st.finalized {
+                return;
+            }
             // (not while the TCP fd's input interest is armed: input is reported there)
             st.inline == 0 && st.tcp_armed & libc::EPOLLIN as u32 == 0
         };
@@ -1292,7 +1306,11 @@ impl Shared {
 
     /// `close`: graceful close, bounded by [`conn::CLOSE_LINGER`].
     pub(crate) fn close(&self) {
-        if self.in_child() || self.user_closed.swap(true, Ordering::AcqRel) {
+        if self.in_child() {
+            self.close_in_child();
+            return;
+        }
+        if self.user_closed.swap(true, Ordering::AcqRel) {
             return;
         }
         // The application's last fd is gone: so goes our own reference to the socketpair's
@@ -1308,6 +1326,20 @@ impl Shared {
         }
         // Held stream data goes to the socketpair (another process may still read it).
         self.end_hold(&mut st);
+        if !sys::hung_up(self.eng_end) {
+            // Someone else still has the app end (a forked child the socket was handed to,
+            // an exec'd program, a raw `dup`): the connection stays theirs, served here,
+            // until they close it too (`close_if_released`).
+            st.others_hold = true;
+            self.rearm(&mut st);
+            return;
+        }
+        self.close_now(&mut st);
+    }
+
+    /// [`Shared::close`] once nobody has the app end any more: the graceful close.
+    fn close_now(&self, st: &mut ConnState) {
+        st.others_hold = false;
         st.close_deadline = Some(Instant::now() + conn::CLOSE_LINGER);
         st.want_shut_wr = true;
         match st.phase {
@@ -1316,9 +1348,43 @@ impl Shared {
                     c.close();
                 }
                 self.engine.watch_deadline(self.id);
-                self.progress(&mut st, None, true);
+                self.progress(st, None, true);
             }
-            Phase::Startup(_) | Phase::Failed => self.finalize(&mut st),
+            Phase::Startup(_) | Phase::Failed => self.finalize(st),
+        }
+    }
+
+    /// A socket the application closed while others had its app end
+    /// (`ConnState::others_hold`): closed now if they all let go of it, i.e. `eng_end`
+    /// reports the hang-up and everything they wrote was read (or can no longer be sent).
+    fn close_if_released(&self, st: &mut ConnState) {
+        if st.others_hold
+            && !st.finalized
+            && (!st.eng_open() || st.stream_over())
+            && sys::hung_up(self.eng_end)
+        {
+            self.close_now(st);
+        }
+    }
+
+    /// `close` in a forked child, of the socket's last fd there: the child's copies of the
+    /// engine's descriptors go too (replaced by inert ones: the numbers stay taken), so
+    /// that the parent's engine hears the hang-up of the app end when every process that
+    /// had the socket closed it, and the TCP socket is released with the parent's. Only
+    /// those numbers that still are what they were: a child may have closed the inherited
+    /// numbers and reused them.
+    fn close_in_child(&self) {
+        if self.user_closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for (fd, ino) in [self.tcp_fd, self.eng_end, self.app_end]
+            .into_iter()
+            .zip(self.inodes)
+        {
+            if ino != 0 && sys::inode(fd) == Ok(ino) {
+                // (a fresh inert descriptor: the engine's may have been closed here)
+                let _ = sys::retire(fd, -1);
+            }
         }
     }
 

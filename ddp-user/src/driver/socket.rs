@@ -574,6 +574,7 @@ impl DdpSocket {
             tcp_fd: fds.tcp,
             eng_end: fds.eng,
             app_end: fds.app,
+            inodes: [fds.tcp, fds.eng, fds.app].map(|fd| sys::inode(fd).unwrap_or(0)),
             pd,
             own_pd,
             zero_based: opts.zero_based_to,

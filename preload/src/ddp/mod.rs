@@ -438,6 +438,7 @@ pub(crate) fn read_file(path: &core::ffi::CStr) -> Option<Vec<u8>> {
 
 /// The pthread_atfork child handler: the engine's threads did not survive the fork.
 extern "C" fn atfork_child() {
+    crate::fdtable::own();
     ddp_user::after_fork_in_child();
 }
 
@@ -448,7 +449,8 @@ extern "C" fn atfork_parent() {
 
 /// Registers the fork handlers (from the constructor).
 pub fn init() {
-    // SAFETY: registering handlers that take no lock and make no system call.
+    crate::fdtable::own();
+    // SAFETY: registering handlers that take no lock and make no system call but `getpid`.
     unsafe { libc::pthread_atfork(None, Some(atfork_parent), Some(atfork_child)) };
     ddp_user::sigdefer::on_engine_start(crate::signals::adopt);
 }
