@@ -1161,6 +1161,97 @@ fn peer_terminate(role: Role) {
 }
 both_roles!(terminate_from_the_peer, super::peer_terminate);
 
+/// The inode of the file `fd` refers to, if it is open.
+fn inode_of(fd: i32) -> Option<u64> {
+    // SAFETY: all-zero is a valid `stat`; fstat writes one.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
+}
+
+/// Reads from the raw fd until `want` bytes or the end, each wait bounded.
+fn read_raw(fd: i32, want: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while out.len() < want {
+        wait_readable(fd, "the holder's fd is readable");
+        // SAFETY: our own buffer.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        assert!(n >= 0, "read: {}", std::io::Error::last_os_error());
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+    out
+}
+
+/// The application closes its socket while another holder still has the socketpair's app end
+/// (a raw `dup` of its fd here, as a forked child's copy would be): the connection carries on
+/// for that holder, its bytes reach the peer and the peer's reach it. Then the peer
+/// terminates the connection: no Terminate back, the holder reads the end of the stream, and
+/// once it has closed its copy the engine has let go of the socket (its TCP fd is closed).
+fn closed_while_others_hold(role: Role) {
+    let bench = Bench::default(role);
+    let (mut h, v) = bench.establish();
+    // SAFETY: plain dup of an open fd.
+    let other = unsafe { libc::dup(v.app_fd()) };
+    assert!(other >= 0, "dup");
+    let tcp = v.tcp_fd();
+    let tcp_ino = inode_of(tcp).expect("the TCP fd is open");
+    drop(v); // the application's close: the holder keeps the connection
+    let out = pattern(3000, 71);
+    // SAFETY: our own buffer.
+    let n = unsafe { libc::write(other, out.as_ptr().cast(), out.len()) };
+    assert_eq!(n, out.len() as isize, "the holder's write");
+    let mut got = Vec::new();
+    while got.len() < out.len() {
+        let Next::Ulpdu(u) = h.next() else {
+            panic!(
+                "the connection ended after {} of the holder's bytes",
+                got.len()
+            )
+        };
+        let (hdr, len) = RdmapHeader::parse(&u).unwrap();
+        assert!(
+            matches!(hdr.message(), RdmapMessage::Send { .. }),
+            "{hdr:?}"
+        );
+        got.extend_from_slice(&u[len..]);
+    }
+    assert!(
+        got == out,
+        "the peer received other bytes than the holder wrote"
+    );
+    let back = pattern(2000, 72);
+    h.send(&back);
+    assert!(
+        read_raw(other, back.len()) == back,
+        "the holder read other bytes than the peer sent"
+    );
+    h.terminate((0, 1, 0));
+    h.expect_silent_close();
+    assert!(
+        read_raw(other, 1).is_empty(),
+        "the holder reads the end of the stream"
+    );
+    // SAFETY: our own dup.
+    unsafe { libc::close(other) };
+    let deadline = Instant::now() + Duration::from_secs(5 * common::time_scale());
+    while inode_of(tcp) == Some(tcp_ino) {
+        assert!(
+            Instant::now() < deadline,
+            "the engine kept the socket after every holder closed"
+        );
+        std::thread::sleep(Duration::from_millis(2)); // (bounded polling of the engine's close)
+    }
+    bench.finish();
+}
+both_roles!(
+    closed_while_others_hold_then_terminated,
+    super::closed_while_others_hold
+);
+
 /// Half an FPDU, then the end of the stream (`rst`: an RST, else a FIN): a lost stream, no
 /// Terminate (RFC 5044 §8: "TCP stream lost" is reported locally only).
 fn lost_mid_fpdu(role: Role, rst: bool) {
