@@ -11,7 +11,7 @@
 # go of every connection its children closed). Last, test-apps/py/spawn_child.py: Python's
 # subprocess (vfork children that close_range and dup2 in the parent's memory before exec)
 # beside live DDP connections, which must keep working, and connections handed to `cat`
-# children as their stdin/stdout (verified echo, then EOF).
+# children as their stdin/stdout (verified echo, then EOF) or to a worker over SCM_RIGHTS.
 # timeout: 180
 . "$(dirname "$0")/apps-lib.bash"
 

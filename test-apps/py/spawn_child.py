@@ -11,11 +11,15 @@ ends of each connection in it (rules switch them to DDP mode):
   2. an accepted connection becomes the stdin and stdout of a `cat` started with
      subprocess.Popen, and the parent closes its own copy at once (an inetd-style hand-off):
      CONNS connections, each echoing BYTES pseudo-random bytes through its `cat`, verified,
-     then EOF once the client shut down writing and `cat` exited.
+     then EOF once the client shut down writing and `cat` exited;
+  3. an accepted connection handed to a forked worker over a unix socket (SCM_RIGHTS), the
+     parent closing its own copy at once: the worker echoes BYTES bytes, verified, and ends
+     the stream.
 Prints "ok: ..." and exits 0, or says what went wrong and exits 1.
 """
 import argparse
 import hashlib
+import os
 import random
 import select
 import socket
@@ -115,6 +119,55 @@ for i in range(args.conns):
         fail("cat of connection %d exited %d" % (i, p.returncode))
     c.close()
     moved += len(data)
+t_cat = time.monotonic() - t0
+
+# 3: connections handed to a worker process over SCM_RIGHTS
+a, b = socket.socketpair()
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+        ls.close()
+        a.close()
+        for i in range(args.conns):
+            _, fds, _, _ = socket.recv_fds(b, 16, 1)
+            w = socket.socket(fileno=fds[0])
+            w.setblocking(True)
+            while True:
+                d = w.recv(1 << 20)
+                if not d:
+                    break
+                w.sendall(d)
+            w.shutdown(socket.SHUT_WR)
+            w.close()
+        code = 0
+    finally:
+        os._exit(code)
+b.close()
+passed = 0
+for i in range(args.conns):
+    c, s = pair(ls)
+    s.setblocking(True)
+    socket.send_fds(a, [b"c"], [s.fileno()])
+    s.close()  # the parent lets go: the connection is the worker's now
+    data = random.randbytes(args.bytes)
+    w = threading.Thread(target=lambda: (c.sendall(data), c.shutdown(socket.SHUT_WR)), daemon=True)
+    w.start()
+    got = bytearray()
+    while len(got) <= len(data):
+        d = c.recv(1 << 20)
+        if not d:
+            break
+        got += d
+    w.join(T)
+    if hashlib.sha256(got).digest() != hashlib.sha256(data).digest():
+        fail("SCM_RIGHTS connection %d: %d of %d bytes back, content differs" % (i, len(got), len(data)))
+    c.close()
+    passed += len(data)
+_, st = os.waitpid(pid, 0)
+if st != 0:
+    fail("the SCM_RIGHTS worker failed (status %d)" % st)
 print("ok: a connection carried verified data before and after 21 subprocesses; "
-      "%d connections handed to cat children echoed %d bytes, verified, and ended, in %.2f s"
-      % (args.conns, moved, time.monotonic() - t0), flush=True)
+      "%d connections handed to cat children echoed %d bytes, verified, and ended, in %.2f s; "
+      "%d handed to a worker over SCM_RIGHTS echoed %d bytes, verified"
+      % (args.conns, moved, t_cat, args.conns, passed), flush=True)
