@@ -66,8 +66,8 @@ pub mod sys;
 pub use driver::group::{EpollGroup, GroupVisit};
 pub use driver::socket::{
     Counters, DdpSocket, MAX_SGE, MORE, PollEnter, PollWait, QUEUE_ANNOUNCED, QUEUE_ARMED_IN,
-    QUEUE_ARMED_OUT, QUEUE_HELD, QUEUE_LAZY, QUEUE_RX_DONE, QUEUE_SPILLED, Queues, SIGNALED,
-    SOLICITED, WeakDdpSocket, release_lazy_besides,
+    QUEUE_ARMED_OUT, QUEUE_HELD, QUEUE_LAZY, QUEUE_OTHERS, QUEUE_RX_DONE, QUEUE_SPILLED, Queues,
+    SIGNALED, SOLICITED, WeakDdpSocket, release_lazy_besides,
 };
 pub use driver::{
     after_fork_in_child, after_fork_in_parent, engine_pid, engine_started, flush_at_exit,

@@ -192,12 +192,15 @@ pub const Q_ARMED_OUT: u16 = 16;
 pub const Q_SPILLED: u16 = 32;
 /// The input has ended (EOF, or the connection failed).
 pub const Q_RX_DONE: u16 = 64;
+/// The application closed the socket while another process still had it (a forked child):
+/// the engine serves the connection for them.
+pub const Q_OTHERS: u16 = 128;
 /// The queue fields were reported.
 pub const Q_VALID: u16 = 0x8000;
 
 impl QueueData {
     /// The flags set, by name (`held`, `announced`, `lazy`, `armed-in`, `armed-out`,
-    /// `spilled`, `rx-done`).
+    /// `spilled`, `rx-done`, `others`).
     pub fn flag_names(&self) -> Vec<&'static str> {
         [
             (Q_HELD, "held"),
@@ -207,6 +210,7 @@ impl QueueData {
             (Q_ARMED_OUT, "armed-out"),
             (Q_SPILLED, "spilled"),
             (Q_RX_DONE, "rx-done"),
+            (Q_OTHERS, "others"),
         ]
         .iter()
         .filter(|(f, _)| self.flags & f != 0)

@@ -33,6 +33,7 @@ const _: () = assert!(
         && ddp_user::QUEUE_ARMED_OUT == exsock_stat::Q_ARMED_OUT
         && ddp_user::QUEUE_SPILLED == exsock_stat::Q_SPILLED
         && ddp_user::QUEUE_RX_DONE == exsock_stat::Q_RX_DONE
+        && ddp_user::QUEUE_OTHERS == exsock_stat::Q_OTHERS
 );
 use libc::c_int;
 
@@ -256,7 +257,9 @@ fn snapshot(sock: &DdpSocket, d: &mut SlotData) -> bool {
 fn refresh(st: &mut Inner) -> usize {
     let Some(seg) = st.seg else { return 0 };
     st.tracked.retain_mut(|t| {
-        let live = match t.sock.upgrade() {
+        // (a socket the application closed stays while the engine serves it for another
+        // process, flagged `others`)
+        let live = match t.sock.upgrade_served() {
             Some(s) => snapshot(&s, &mut t.base),
             None => false,
         };

@@ -8,7 +8,8 @@
 # EXEC:cat,nofork (the child execs cat on the socket itself), 8 MiB each way compared by sha256,
 # one connection captured on lo and checked by scripts/wirecheck. Then the servers' descriptors:
 # after 20 more connections each server holds no more fds than after the first (the engine let
-# go of every connection its children closed). Last, test-apps/py/spawn_child.py: Python's
+# go of every connection its children closed), and exsock-stat shows a connection the server
+# serves for its child, flagged `others`, while it lasts. Last, test-apps/py/spawn_child.py: Python's
 # subprocess (vfork children that close_range and dup2 in the parent's memory before exec)
 # beside live DDP connections, which must keep working, and connections handed to `cat`
 # children as their stdin/stdout (verified echo, then EOF) or to a worker over SCM_RIGHTS.
@@ -75,6 +76,32 @@ socat_round() {
   fi
 }
 
+# stat_check PID PORT: while a client keeps a connection to the socat server PID open (its
+# input a fifo held open here), exsock-stat shows that connection in the server, flagged
+# `others` (served for the child, the server's own fd closed); after the client ends, none
+stat_check() {
+  local out cpid
+  mkfifo "$tmp/hold"
+  EXSOCK_RULES="use ddp tcp_client 127.0.0.1:$2" timeout 60 "$run" socat - "TCP:127.0.0.1:$2" \
+    < "$tmp/hold" > "$tmp/hold.out" 2>&1 &
+  cpid=$!; pids+=("$cpid")
+  exec 3> "$tmp/hold"
+  echo "held open" >&3
+  wait_for "the held connection's echo" 20 "$cpid" grep -q "held open" "$tmp/hold.out" \
+    || fail "socat fork: the held connection echoed nothing"
+  out=$("$STAT" "$1" 2>&1)
+  if grep -q "1 DDP socket" <<< "$out" && grep -q "bytes in: .* others" <<< "$out"; then
+    ok "exsock-stat shows the connection the server serves for its child: $(grep -o 'fd [0-9]* *RTS.*' <<< "$out" | head -n 1)"
+  else
+    fail "exsock-stat of the socat server while its child serves a connection:"; sed 's/^/    /' <<< "$out"
+  fi
+  exec 3>&-
+  wait_pid "$cpid" 20 || fail "socat fork: the held client did not end"
+  wait_for "exsock-stat to show no DDP socket" 20 "$1" \
+    bash -c '"$0" "$1" | grep -q "0 DDP sockets"' "$STAT" "$1" \
+    || fail "socat fork: exsock-stat still shows a socket after the client ended: $("$STAT" "$1" 2>&1 | head -n 3)"
+}
+
 for mode in fork nofork; do
   exec_opt=EXEC:cat; [ $mode = nofork ] && exec_opt=EXEC:cat,nofork
   say "socat TCP-LISTEN:PORT,fork $exec_opt"
@@ -97,6 +124,7 @@ for mode in fork nofork; do
   done
   [ $n -eq 20 ] && ok "socat $mode: 20 more short connections echoed"
   leak_check "socat $mode" "$spid" "$base"
+  if [ $mode = fork ]; then stat_check "$spid" "$port"; fi
   stop_pid "$spid"
   ddp_used "socat $mode server" "$tmp/socat-$mode.log" 21
 done

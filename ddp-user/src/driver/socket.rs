@@ -98,6 +98,9 @@ pub const QUEUE_ARMED_OUT: u16 = 16;
 pub const QUEUE_SPILLED: u16 = 32;
 /// The connection's input has ended (EOF, or the connection failed).
 pub const QUEUE_RX_DONE: u16 = 64;
+/// The application closed the socket while another process still had it (a forked child):
+/// the engine serves the connection for them ([`WeakDdpSocket::upgrade_served`]).
+pub const QUEUE_OTHERS: u16 = 128;
 
 /// Counters beyond `DDP_CONN_INFO` ([`DdpSocket::counters`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -126,12 +129,35 @@ pub struct Counters {
 #[derive(Clone)]
 pub struct WeakDdpSocket {
     h: Weak<Handle>,
+    sh: Weak<Shared>,
 }
 
 impl WeakDdpSocket {
     /// The socket, while any [`DdpSocket`] of it is alive.
     pub fn upgrade(&self) -> Option<DdpSocket> {
         self.h.upgrade().map(|h| DdpSocket { h })
+    }
+
+    /// [`WeakDdpSocket::upgrade`], or, once every [`DdpSocket`] of it is gone, the socket
+    /// while the engine still serves it for another process ([`QUEUE_OTHERS`]): a view for
+    /// looking at it (its drop closes nothing; the socket's own close was done and waits for
+    /// the others' hang-up).
+    pub fn upgrade_served(&self) -> Option<DdpSocket> {
+        if let Some(s) = self.upgrade() {
+            return Some(s);
+        }
+        let sh = self.sh.upgrade()?;
+        if sh.in_child() || !sh.user_closed.load(Ordering::Acquire) {
+            return None;
+        }
+        let served = {
+            let st = sh.lock();
+            st.others_hold && !st.finalized
+        };
+        // (the view's `Handle` calls `close` when dropped: a no-op on a closed socket)
+        served.then(|| DdpSocket {
+            h: Arc::new(Handle { sh }),
+        })
     }
 }
 
@@ -1720,7 +1746,8 @@ impl DdpSocket {
                 | flag(armed & libc::EPOLLIN as u32 != 0, QUEUE_ARMED_IN)
                 | flag(armed & libc::EPOLLOUT as u32 != 0, QUEUE_ARMED_OUT)
                 | flag(st.spilled, QUEUE_SPILLED)
-                | flag(st.rx_done(), QUEUE_RX_DONE),
+                | flag(st.rx_done(), QUEUE_RX_DONE)
+                | flag(st.others_hold, QUEUE_OTHERS),
         })
     }
 
@@ -1728,6 +1755,7 @@ impl DdpSocket {
     pub fn downgrade(&self) -> WeakDdpSocket {
         WeakDdpSocket {
             h: Arc::downgrade(&self.h),
+            sh: Arc::downgrade(&self.h.sh),
         }
     }
 
