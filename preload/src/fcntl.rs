@@ -101,14 +101,19 @@ unsafe fn tracked_fcntl(
 /// # Safety
 /// As for [`tracked_fcntl`].
 unsafe fn routed_fcntl(
-    _h: Handle,
+    h: Handle,
     fd: c_int,
     cmd: c_int,
     arg: *mut c_void,
     real: unsafe fn(c_int, c_int, *mut c_void) -> c_int,
 ) -> Result<c_int, Errno> {
     // SAFETY: forwarded unchanged.
-    cvt(unsafe { real(fd, cmd, arg) })
+    let r = cvt(unsafe { real(fd, cmd, arg) });
+    if cmd == libc::F_SETFL {
+        // (O_NONBLOCK may have changed: a DDP socket's blocking calls keep it)
+        crate::ddp::settings_changed_h(h);
+    }
+    r
 }
 
 /// `ioctl(fd, request, arg)` from the shim.
@@ -164,5 +169,10 @@ unsafe fn routed_ioctl(
         ddp_user::flush_held();
     }
     // SAFETY: forwarded unchanged.
-    cvt(unsafe { real::ioctl(fd, request, arg) })
+    let r = cvt(unsafe { real::ioctl(fd, request, arg) });
+    if request == libc::FIONBIO as c_ulong {
+        // (a DDP socket's blocking calls keep O_NONBLOCK)
+        crate::ddp::settings_changed_h(h);
+    }
+    r
 }

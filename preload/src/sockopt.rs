@@ -112,7 +112,13 @@ unsafe fn routed_setsockopt(
 ) -> Result<c_int, Errno> {
     let fd = target(h, fd)?;
     // SAFETY: forwarded unchanged.
-    cvt(unsafe { real::setsockopt(fd, level, name, val, len) })
+    let r = cvt(unsafe { real::setsockopt(fd, level, name, val, len) });
+    if level == libc::SOL_SOCKET {
+        // (`SO_RCVTIMEO`/`SO_SNDTIMEO`, in any of their forms: a DDP socket's blocking calls
+        // keep them)
+        crate::ddp::settings_changed_h(h);
+    }
+    r
 }
 
 /// `getsockopt(2)`.

@@ -1700,6 +1700,90 @@ static int c_fcntl(void)
 	return 0;
 }
 
+static int wait_child(pid_t pid, int ms, int *status);
+
+/* A blocking read on c (nothing sent): fails unless it says EAGAIN; *ms its duration. */
+static int read_eagain(int c, uint64_t *ms, const char *what)
+{
+	char buf[16];
+	uint64_t t0 = xs_now_ns();
+	ssize_t r = read(c, buf, sizeof buf);
+	*ms = (xs_now_ns() - t0) / 1000000;
+	REQE(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK), "%s: read = %zd after %llu ms", what, r,
+	     (unsigned long long)*ms);
+	return 0;
+}
+
+static int set_rcvtimeo(int c, int ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+	REQE(setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0, "SO_RCVTIMEO %d ms", ms);
+	return 0;
+}
+
+/* The library keeps O_NONBLOCK and SO_RCVTIMEO once a blocking call asked them
+ * (ddp-user/src/driver/settings.rs): every way of changing them must be seen by the next call,
+ * each step after one that made the library ask. A kept old value shows as a read that waits
+ * when it should not, or for the old time. */
+static int c_settings(void)
+{
+	int c, s;
+	uint64_t ms;
+	TRY(mkpair(&c, &s));
+	TRY(set_rcvtimeo(c, 100));
+	TRY(read_eagain(c, &ms, "blocking, SO_RCVTIMEO 100 ms"));
+	REQ(ms >= 80, "SO_RCVTIMEO 100 ms: returned after %llu ms", (unsigned long long)ms);
+	TRY(set_rcvtimeo(c, 400));
+	TRY(read_eagain(c, &ms, "SO_RCVTIMEO raised to 400 ms"));
+	REQ(ms >= 350, "SO_RCVTIMEO raised to 400 ms: returned after %llu ms (the old 100 ms kept?)",
+	    (unsigned long long)ms);
+	TRY(set_nonblock(c, 1));
+	TRY(read_eagain(c, &ms, "F_SETFL O_NONBLOCK"));
+	REQ(ms < 200, "O_NONBLOCK set by F_SETFL: the read waited %llu ms", (unsigned long long)ms);
+	int zero = 0, one = 1;
+	REQE(ioctl(c, FIONBIO, &zero) == 0, "ioctl(FIONBIO, 0)");
+	TRY(read_eagain(c, &ms, "FIONBIO 0"));
+	REQ(ms >= 350, "blocking again by FIONBIO 0: returned after %llu ms", (unsigned long long)ms);
+	REQE(ioctl(c, FIONBIO, &one) == 0, "ioctl(FIONBIO, 1)");
+	TRY(read_eagain(c, &ms, "FIONBIO 1"));
+	REQ(ms < 200, "O_NONBLOCK set by FIONBIO: the read waited %llu ms", (unsigned long long)ms);
+	/* through a copy of the fd (the same open file) */
+	int d = dup(c);
+	REQE(d >= 0, "dup");
+	TRY(set_nonblock(d, 0));
+	TRY(read_eagain(c, &ms, "blocking again through a dup"));
+	REQ(ms >= 350, "blocking again through a dup: returned after %llu ms", (unsigned long long)ms);
+	TRY(set_rcvtimeo(d, 150));
+	TRY(read_eagain(c, &ms, "SO_RCVTIMEO 150 ms through a dup"));
+	REQ(ms >= 120 && ms < 350, "SO_RCVTIMEO 150 ms through a dup: returned after %llu ms",
+	    (unsigned long long)ms);
+	close(d);
+	/* a forked child shares the open file: its F_SETFL is seen by the parent, which the
+	   library cannot be told of (so from the fork on it asks the kernel) */
+	TRY(set_rcvtimeo(c, 400));
+	TRY(read_eagain(c, &ms, "before the fork"));
+	REQ(ms >= 350, "before the fork: returned after %llu ms", (unsigned long long)ms);
+	fflush(stdout);
+	pid_t pid = fork();
+	REQE(pid >= 0, "fork");
+	if (pid == 0) {
+		int fl = fcntl(c, F_GETFL);
+		_exit(fl >= 0 && fcntl(c, F_SETFL, fl | O_NONBLOCK) == 0 ? 0 : 1);
+	}
+	int st;
+	TRY(wait_child(pid, 20000, &st));
+	REQ(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status 0x%x)", st);
+	TRY(read_eagain(c, &ms, "O_NONBLOCK set by a forked child"));
+	REQ(ms < 200, "O_NONBLOCK set by a forked child: the parent's read waited %llu ms",
+	    (unsigned long long)ms);
+	TRY(set_nonblock(c, 0));
+	TRY(set_rcvtimeo(c, 0));
+	TRY(both_ways(c, s, "after the changes"));
+	close(c);
+	close(s);
+	return 0;
+}
+
 static int c_ioctl(void)
 {
 	int c, s;
@@ -2967,6 +3051,7 @@ static const struct tcase cases[] = {
 	{ "nb-write-full", c_nb_write_full, "nonblocking writes to a non-reading peer: EAGAIN, POLLOUT semantics" },
 	{ "fcntl", c_fcntl, "F_GETFL/F_SETFL O_NONBLOCK, F_GETFD/F_SETFD, SO_RCVTIMEO, F_DUPFD_CLOEXEC" },
 	{ "ioctl", c_ioctl, "FIONBIO, FIONREAD/SIOCINQ" },
+	{ "settings", c_settings, "O_NONBLOCK and SO_RCVTIMEO changed by F_SETFL, FIONBIO, setsockopt, through a dup and by a forked child: each change seen by the next blocking read" },
 	{ "ioctl-outq", c_ioctl_outq, "SIOCOUTQ/SIOCOUTQNSD: unacknowledged/unsent bytes, 0 once the peer read all" },
 	{ "dup", c_dup, "dup/dup2/dup3: every copy works, the last close ends the connection" },
 	{ "close-blocked-read", c_close_blocked_read, "close from another thread while one is blocked in read" },

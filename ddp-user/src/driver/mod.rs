@@ -12,6 +12,7 @@
 pub(crate) mod conn;
 pub mod group;
 pub(crate) mod mem;
+pub(crate) mod settings;
 pub mod socket;
 pub(crate) mod startup;
 pub(crate) mod waitset;
@@ -783,6 +784,8 @@ pub(crate) struct Shared {
     /// The socket's own epoll instance for a thread that waits on it alone in `poll`
     /// ([`waitset`]; claimed under the lock: `ConnState::wait_set_busy`).
     pub(crate) wait_set: waitset::WaitSet,
+    /// `O_NONBLOCK` and the socket timeouts as last asked ([`settings`]).
+    pub(crate) settings: settings::Settings,
 }
 
 /// A socket's completion queue and the state of its eventfd.
@@ -839,6 +842,12 @@ impl Shared {
     /// Whether this process is a forked child of the socket's owner.
     pub(crate) fn in_child(&self) -> bool {
         self.forked.load(Ordering::Acquire) || FORK_GEN.load(Ordering::Acquire) != self.fork_gen
+    }
+
+    /// Whether this process alone can change the socket's settings ([`settings`]): not a
+    /// forked child, and no child forked since the socket was made.
+    pub(crate) fn settings_ours(&self) -> bool {
+        self.parent_forks == PARENT_FORKS.load(Ordering::Acquire) && !self.in_child()
     }
 
     /// Appends a completion. The eventfd becomes readable with the first one if anyone can be

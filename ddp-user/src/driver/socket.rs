@@ -16,6 +16,7 @@ use ddp_proto::mpa::startup::RtrKind;
 
 use crate::driver::conn::{ConnState, Phase, TX_STREAM_LIMIT, ended_errno};
 use crate::driver::mem::{UserSink, plausible};
+use crate::driver::settings::{Settings, Timeout};
 use crate::driver::startup::Startup;
 use crate::driver::waitset::Role as WaitRole;
 use crate::driver::{FORK_GEN, PARENT_FORKS, Shared, engine, move_high};
@@ -613,6 +614,7 @@ impl DdpSocket {
             cq: Mutex::new(Default::default()),
             deadline_visits: AtomicU32::new(0),
             wait_set: crate::driver::waitset::WaitSet::new(),
+            settings: Settings::new(),
         });
         core::mem::forget(fds); // owned by `sh` now (closed in its Drop)
         if let Err(e) = engine.add(&sh) {
@@ -698,7 +700,38 @@ impl DdpSocket {
     }
 
     fn nonblocking(&self, flags: i32) -> bool {
-        flags & libc::MSG_DONTWAIT != 0 || sys::is_nonblocking(self.sh().app_end).unwrap_or(false)
+        let sh = self.sh();
+        flags & libc::MSG_DONTWAIT != 0
+            || sh
+                .settings
+                .nonblocking(sh.settings_ours(), || sys::is_nonblocking(sh.app_end).ok())
+    }
+
+    /// `SO_RCVTIMEO` or `SO_SNDTIMEO` of the TCP socket (`None`: not set).
+    fn timeout(&self, which: Timeout) -> Option<Duration> {
+        let sh = self.sh();
+        let name = match which {
+            Timeout::Recv => libc::SO_RCVTIMEO,
+            Timeout::Send => libc::SO_SNDTIMEO,
+        };
+        sh.settings.timeout(which, sh.settings_ours(), || {
+            sys::socket_timeout(sh.tcp_fd, name)
+        })
+    }
+
+    /// The caller reports every change of the app fd's `O_NONBLOCK` (`fcntl(F_SETFL)`,
+    /// `ioctl(FIONBIO)`) and of the socket's options with [`DdpSocket::settings_changed`]:
+    /// blocking calls may then keep what they asked of the kernel instead of asking again
+    /// each time (an `fcntl` and a `getsockopt` fewer per wait). Without it they ask each
+    /// time, so changes made directly on the fd are seen.
+    pub fn track_settings(&self) {
+        self.sh().settings.track();
+    }
+
+    /// The app fd's `O_NONBLOCK` or an option of the socket may have changed (after
+    /// [`DdpSocket::track_settings`]; call it after the change is made).
+    pub fn settings_changed(&self) {
+        self.sh().settings.changed();
     }
 
     /// For `poll`/`ppoll` asking for `POLLIN` on the app fd: whether stream data is held in
@@ -986,9 +1019,7 @@ impl DdpSocket {
                 return self.spill(bufs, true);
             }
             if deadline.is_none() {
-                deadline = Some(
-                    sys::socket_timeout(sh.tcp_fd, libc::SO_SNDTIMEO).map(|d| Instant::now() + d),
-                );
+                deadline = Some(self.timeout(Timeout::Send).map(|d| Instant::now() + d));
             }
             let deadline = deadline.flatten();
             waited = true;
@@ -1159,9 +1190,7 @@ impl DdpSocket {
                 };
             }
             if deadline.is_none() {
-                deadline = Some(
-                    sys::socket_timeout(sh.tcp_fd, libc::SO_RCVTIMEO).map(|d| Instant::now() + d),
-                );
+                deadline = Some(self.timeout(Timeout::Recv).map(|d| Instant::now() + d));
             }
             let deadline = deadline.flatten();
             match g.wait(Some((sh.app_end, libc::POLLIN)), remaining(deadline)) {

@@ -34,9 +34,12 @@
 //!   never marked before), a socket whose local port has a TCP listener (in
 //!   `/proc/net/tcp{,6}`) is taken as the accepted side, any other as the connecting side.
 //!   The exchange blocks the `setsockopt` (blocking socket) or runs on the progress thread.
-//! - **O_NONBLOCK** is not tracked: the app fd shares its open file description with the
-//!   engine's socketpair end, so `fcntl(F_SETFL)`, `ioctl(FIONBIO)` and even raw system calls
-//!   change what the engine sees; the engine asks the kernel (one `fcntl` per blocking call).
+//! - **O_NONBLOCK** lives in the open file description the app fd shares with the engine's
+//!   socketpair end. The engine asks the kernel when a call would wait and keeps the answer
+//!   (and `SO_RCVTIMEO`/`SO_SNDTIMEO`) until `fcntl(F_SETFL)`, `ioctl(FIONBIO)` or a
+//!   `setsockopt(SOL_SOCKET)` on one of the socket's fds passes here ([`settings_changed`]);
+//!   sockets that existed at a `fork` ask every time (the child may change them). A raw
+//!   system call's change is seen at the next such call (docs/rules.md, LIMITATIONS).
 //! - **dup of a socket before its MPA exchange:** only the fd that calls `connect` becomes the
 //!   DDP socket; other fds of the same TCP socket keep referring to the TCP socket.
 //! - **fork:** the child handler calls [`ddp_user::after_fork_in_child`]; inherited connected
@@ -194,6 +197,9 @@ fn start(fd: c_int, opts: &Options, role: Role, nonblocking: bool) -> Result<(),
     };
     match r {
         Ok(sock) => {
+            // Every fcntl/ioctl/setsockopt on its fds passes here: changes are reported
+            // (`settings_changed`), so its blocking calls may keep what they asked.
+            sock.track_settings();
             let s = sock.clone();
             install(fd, sock, opts.clone())?;
             log_negotiated(what, fd, &s);
@@ -284,6 +290,7 @@ pub fn accepted(listener: &Pending, lfd: c_int, nfd: c_int, nb: bool) -> Result<
         // The engine made the app fd (non-)blocking like the exchange; give it accept's.
         if lnb != nb {
             set_nonblocking(nfd, nb)?;
+            settings_changed(nfd);
         }
         if listener.dual {
             crate::stats::mark_dual(nfd);
@@ -299,6 +306,23 @@ pub fn accepted(listener: &Pending, lfd: c_int, nfd: c_int, nb: bool) -> Result<
         return Err(Errno(libc::ECONNABORTED));
     }
     r
+}
+
+/// After a change of `fd`'s `O_NONBLOCK` or socket options: if it is a connected DDP socket,
+/// what its blocking calls keep of them is forgotten (`DdpSocket::track_settings`).
+pub fn settings_changed(fd: c_int) {
+    if let Some(h) = crate::fdtable::lookup_marked(fd) {
+        settings_changed_h(h);
+    }
+}
+
+/// [`settings_changed`] for a looked-up fd.
+pub fn settings_changed_h(h: crate::fdtable::Handle) {
+    if let Ok(Some(r)) = crate::route::ddp_socket(h)
+        && let Some(c) = r.conn()
+    {
+        c.sock.settings_changed();
+    }
 }
 
 fn set_nonblocking(fd: c_int, on: bool) -> Result<(), Errno> {
