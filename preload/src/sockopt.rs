@@ -113,6 +113,18 @@ unsafe fn routed_setsockopt(
     let fd = target(h, fd)?;
     // SAFETY: forwarded unchanged.
     let r = cvt(unsafe { real::setsockopt(fd, level, name, val, len) });
+    if r.is_ok() && level == libc::IPPROTO_TCP && name == libc::TCP_NODELAY {
+        // (the engine follows the application's choice of Nagle's algorithm write by write)
+        if let Some(r) = route::ddp_socket(h)?
+            && let Some(c) = r.conn()
+            && !val.is_null()
+            && len as usize >= core::mem::size_of::<c_int>()
+        {
+            // SAFETY: the kernel read an int from `val` just now.
+            let v = unsafe { val.cast::<c_int>().read_unaligned() };
+            c.sock.app_set_nodelay(v != 0);
+        }
+    }
     if level == libc::SOL_SOCKET {
         // (`SO_RCVTIMEO`/`SO_SNDTIMEO`, in any of their forms: a DDP socket's blocking calls
         // keep them)
@@ -173,6 +185,22 @@ unsafe fn routed_getsockopt(
                 }
                 return Ok(0);
             }
+        }
+        if level == libc::IPPROTO_TCP
+            && name == libc::TCP_NODELAY
+            && let Some(nd) = c.sock.app_nodelay()
+        {
+            // (the TCP socket's value follows the writes' sizes; the application's is this)
+            // SAFETY: the kernel's checks on the caller's buffer and length, first.
+            cvt(unsafe { real::getsockopt(c.sock.tcp_fd(), level, name, val, len) })?;
+            // SAFETY: the kernel accepted `len` and wrote that many octets (at most an int's)
+            // of its value at `val` just now: ours go over them.
+            unsafe {
+                let n = (len.read_unaligned() as usize).min(core::mem::size_of::<c_int>());
+                let v = c_int::from(nd).to_ne_bytes();
+                core::ptr::copy_nonoverlapping(v.as_ptr(), val.cast::<u8>(), n);
+            }
+            return Ok(0);
         }
         // SAFETY: forwarded to the TCP socket.
         return cvt(unsafe { real::getsockopt(c.sock.tcp_fd(), level, name, val, len) });

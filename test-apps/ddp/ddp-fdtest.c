@@ -1784,6 +1784,67 @@ static int c_settings(void)
 	return 0;
 }
 
+static int get_nodelay(int fd, int *v)
+{
+	socklen_t l = sizeof *v;
+	*v = -1;
+	REQE(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, v, &l) == 0 && l == sizeof *v, "getsockopt(TCP_NODELAY)");
+	return 0;
+}
+
+/* Nagle's algorithm is the application's choice on a DDP socket's byte stream, as on TCP: the
+ * library switches it per write size underneath (ddp-user NAGLE_WRITE_MAX) but TCP_NODELAY reads
+ * what the application set; the first extension call sets TCP_NODELAY for good. Streams of small
+ * and large writes, mixed, arrive whole either way. */
+static int c_nagle(void)
+{
+	int c, s, v;
+	TRY(mkpair(&c, &s));
+	TRY(get_nodelay(c, &v));
+	REQ(v == 0, "TCP_NODELAY of a new client socket: %d, expected 0 (as TCP)", v);
+	TRY(get_nodelay(s, &v));
+	REQ(v == 0, "TCP_NODELAY of an accepted socket: %d, expected 0", v);
+	/* small and large writes, interleaved, Nagle on: every byte arrives (the reader checks) */
+	uint64_t seed = xs_seed(61, 62, 63), off = 0;
+	static const size_t sizes[] = { 17, 300, 65536, 5, 4096, 4097, 200000, 1, 1, 1, 9000, 64 };
+	for (int round = 0; round < 3; round++)
+		for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+			TRY(put(c, sizes[i], seed, off, "client write"));
+			TRY(get(s, sizes[i], seed, off, "server read"));
+			off += sizes[i];
+		}
+	TRY(get_nodelay(c, &v));
+	REQ(v == 0, "TCP_NODELAY after large writes: %d, expected the application's 0", v);
+	char cv = 7;
+	socklen_t l = 1;
+	REQE(getsockopt(c, IPPROTO_TCP, TCP_NODELAY, &cv, &l) == 0, "getsockopt(TCP_NODELAY) into a char");
+	REQ(l == 1 && cv == 0, "TCP_NODELAY into a char: length %u, value %d (expected 1, 0)", l, cv);
+	int one = 1, zero = 0;
+	REQE(setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0, "TCP_NODELAY 1");
+	TRY(put(c, 100, seed, off, "write after TCP_NODELAY 1"));
+	TRY(get(s, 100, seed, off, "read after TCP_NODELAY 1"));
+	off += 100;
+	TRY(get_nodelay(c, &v));
+	REQ(v == 1, "TCP_NODELAY set to 1 reads %d", v);
+	REQE(setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &zero, sizeof zero) == 0, "TCP_NODELAY 0");
+	TRY(put(c, 70000, seed, off, "large write after TCP_NODELAY 0"));
+	TRY(get(s, 70000, seed, off, "read after TCP_NODELAY 0"));
+	TRY(get_nodelay(c, &v));
+	REQ(v == 0, "TCP_NODELAY set back to 0 reads %d after a large write", v);
+	TRY(both_ways(c, s, "after the TCP_NODELAY changes"));
+	if (!tcp_mode) {
+		/* an extension call: the engine's TCP_NODELAY from now on */
+		static uint8_t rb[256];
+		struct iovec ri = { rb, sizeof rb };
+		REQE(ddp_post_recv(s, 1, &ri, 1) == 0, "ddp_post_recv");
+		TRY(get_nodelay(s, &v));
+		REQ(v == 1, "TCP_NODELAY after an extension call: %d, expected 1", v);
+	}
+	close(c);
+	close(s);
+	return 0;
+}
+
 static int c_ioctl(void)
 {
 	int c, s;
@@ -3051,6 +3112,7 @@ static const struct tcase cases[] = {
 	{ "nb-write-full", c_nb_write_full, "nonblocking writes to a non-reading peer: EAGAIN, POLLOUT semantics" },
 	{ "fcntl", c_fcntl, "F_GETFL/F_SETFL O_NONBLOCK, F_GETFD/F_SETFD, SO_RCVTIMEO, F_DUPFD_CLOEXEC" },
 	{ "ioctl", c_ioctl, "FIONBIO, FIONREAD/SIOCINQ" },
+	{ "nagle", c_nagle, "TCP_NODELAY reads the application's choice (0 by default, as TCP) through writes of every size, which arrive whole; an extension call sets it" },
 	{ "settings", c_settings, "O_NONBLOCK and SO_RCVTIMEO changed by F_SETFL, FIONBIO, setsockopt, through a dup and by a forked child: each change seen by the next blocking read" },
 	{ "ioctl-outq", c_ioctl_outq, "SIOCOUTQ/SIOCOUTQNSD: unacknowledged/unsent bytes, 0 once the peer read all" },
 	{ "dup", c_dup, "dup/dup2/dup3: every copy works, the last close ends the connection" },

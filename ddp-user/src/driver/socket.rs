@@ -581,13 +581,17 @@ impl DdpSocket {
             .mpa_config(role == Role::Initiator)
             .ok_or(Errno::EINVAL)?;
         let engine = engine()?;
-        let fds = Fds::open(tcp_fd, nonblocking)?;
+        let fds = Fds::open(tcp_fd, nonblocking, !opts.tcp_nagle)?;
         let now = engine.now();
         let startup = match role {
             Role::Initiator => Startup::initiator(cfg, true, now),
             Role::Responder => Startup::responder(cfg, now),
         };
         let mut st = ConnState::new(Phase::Startup(Box::new(startup)), role);
+        st.nodelay = !opts.tcp_nagle;
+        if opts.tcp_nagle {
+            st.follow_app_nagle(fds.tcp);
+        }
         st.registered = true;
         st.inline = u32::from(!nonblocking);
         let (pd, own_pd) = if opts.pd != 0 {
@@ -699,6 +703,8 @@ impl DdpSocket {
         self.sh().pd
     }
 
+    // (out of line: asked only where a call would wait or say EAGAIN, off the data path)
+    #[inline(never)]
     fn nonblocking(&self, flags: i32) -> bool {
         let sh = self.sh();
         flags & libc::MSG_DONTWAIT != 0
@@ -708,6 +714,8 @@ impl DdpSocket {
     }
 
     /// `SO_RCVTIMEO` or `SO_SNDTIMEO` of the TCP socket (`None`: not set).
+    #[cold]
+    #[inline(never)]
     fn timeout(&self, which: Timeout) -> Option<Duration> {
         let sh = self.sh();
         let name = match which {
@@ -717,6 +725,19 @@ impl DdpSocket {
         sh.settings.timeout(which, sh.settings_ours(), || {
             sys::socket_timeout(sh.tcp_fd, name)
         })
+    }
+
+    /// The application set `TCP_NODELAY` to `nodelay` (the caller forwarded it to
+    /// [`DdpSocket::tcp_fd`]): with `Options::tcp_nagle`, plain writes follow it.
+    pub fn app_set_nodelay(&self, nodelay: bool) {
+        self.sh().lock().app_set_nodelay(nodelay);
+    }
+
+    /// `TCP_NODELAY` as the application last made it, while the engine follows its choice of
+    /// Nagle's algorithm write by write (the TCP socket's own value changes with the writes'
+    /// sizes); `None`: the TCP socket's value is the answer.
+    pub fn app_nodelay(&self) -> Option<bool> {
+        self.sh().lock().app_nagle.then_some(false)
     }
 
     /// The caller reports every change of the app fd's `O_NONBLOCK` (`fcntl(F_SETFL)`,
@@ -892,6 +913,9 @@ impl DdpSocket {
         let nonblock = || self.nonblocking(flags);
         {
             let mut st = sh.lock();
+            if st.app_nagle {
+                st.nagle_for(sh, total);
+            }
             if st.spilled {
                 if sys::inq(sh.eng_end).unwrap_or(0) > 0 {
                     // Earlier bytes wait in the socketpair: these go behind them.
@@ -1462,6 +1486,9 @@ impl DdpSocket {
         }
         debug_assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), len);
         let mut st = sh.lock();
+        if !st.nodelay {
+            st.set_nodelay(sh);
+        }
         matches!(st.phase, Phase::Open)
             && st.post_send_small_now(sh, wr_id, &parts[..iov.len()], len, fl)
     }
@@ -1883,7 +1910,7 @@ struct Fds {
 }
 
 impl Fds {
-    fn open(tcp_fd: RawFd, nonblocking: bool) -> Result<Fds, Errno> {
+    fn open(tcp_fd: RawFd, nonblocking: bool, nodelay: bool) -> Result<Fds, Errno> {
         let mut f = Fds {
             tcp: -1,
             app: -1,
@@ -1892,12 +1919,14 @@ impl Fds {
         f.tcp = sys::dup_cloexec_at_least(tcp_fd, super::HIGH_FD)
             .or_else(|_| sys::dup_cloexec_at_least(tcp_fd, 3))?;
         sys::set_nonblocking(f.tcp, true)?;
-        let _ = sys::setsockopt(
-            f.tcp,
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            1 as libc::c_int,
-        );
+        if nodelay {
+            let _ = sys::setsockopt(
+                f.tcp,
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                1 as libc::c_int,
+            );
+        }
         // (reads that ask say what is left in the kernel: `ConnState::stream_waiting`)
         let _ = sys::set_inq_hint(f.tcp);
         // (both ends non-blocking from the start: the flags of the new file are known, so a

@@ -51,6 +51,13 @@ pub struct Options {
     pub zero_based_to: bool,
     /// `DDP_MPA_TIMEOUT_MS` (default 10 s).
     pub mpa_timeout: Duration,
+    /// Leave the TCP socket's `TCP_NODELAY` as the application set it (Nagle's algorithm on
+    /// unless it asked otherwise, as for a TCP socket) while the socket carries only the plain
+    /// byte stream; the first extension call, or a Read Response owed, sets `TCP_NODELAY` for
+    /// good (a posted request goes out at once). The preload sets it: an unmodified program
+    /// that streams small writes gets TCP's coalescing of them. Off (the default): the
+    /// engine sets `TCP_NODELAY` when the socket is made.
+    pub tcp_nagle: bool,
 }
 
 impl Default for Options {
@@ -67,6 +74,7 @@ impl Default for Options {
             pd: 0,
             zero_based_to: false,
             mpa_timeout: Duration::from_secs(10),
+            tcp_nagle: false,
         }
     }
 }

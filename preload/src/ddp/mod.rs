@@ -187,9 +187,15 @@ fn why(e: Errno) -> &'static str {
 /// Runs the MPA exchange on the connected (or connecting) TCP socket `fd` and installs the
 /// DDP socket under `fd`.
 fn start(fd: c_int, opts: &Options, role: Role, nonblocking: bool) -> Result<(), Errno> {
+    // Nagle's algorithm stays the application's choice for its byte stream, as on a TCP
+    // socket (`TCP_NODELAY` for good from its first extension call).
+    let eng_opts = Options {
+        tcp_nagle: true,
+        ..opts.clone()
+    };
     let r = match role {
-        Role::Initiator => DdpSocket::connect(fd, opts, nonblocking),
-        Role::Responder => DdpSocket::accept(fd, opts, nonblocking),
+        Role::Initiator => DdpSocket::connect(fd, &eng_opts, nonblocking),
+        Role::Responder => DdpSocket::accept(fd, &eng_opts, nonblocking),
     };
     let what = match role {
         Role::Initiator => "connect",
