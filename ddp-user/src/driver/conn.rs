@@ -1237,8 +1237,8 @@ impl ConnState {
     /// ([`ConnState::app_nagle`]): on for writes of at most [`NAGLE_WRITE_MAX`] (TCP coalesces
     /// a stream of them into full segments, as it would for a TCP socket: 64 B writes 5.6×
     /// the messages per second of one segment each), off for larger ones (their FPDUs go out
-    /// whole, one write's segments aligned to its FPDUs as RFC 5044 §8 wants, which the
-    /// receiving engine places straight into the reader's buffer: iperf3's 128 KiB writes
+    /// whole, one write's segments ending where its FPDUs end, which the receiving engine
+    /// places straight into the reader's buffer: iperf3's 128 KiB writes
     /// 16 Gbit/s with Nagle, 46 without). One `setsockopt` where the size class changes.
     pub(crate) fn nagle_for(&mut self, sh: &Shared, len: usize) {
         let want = len <= NAGLE_WRITE_MAX;
