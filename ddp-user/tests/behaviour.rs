@@ -895,3 +895,112 @@ fn wait_cq_ends_on_time_idle_and_through_wakeups() {
         assert_eq!(recv_exact(&b, data.len()), data);
     });
 }
+
+/// `TCP_NODELAY` of the TCP socket `fd` itself.
+fn kernel_nodelay(fd: i32) -> i32 {
+    let mut v: libc::c_int = -1;
+    let mut l = core::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: an int and its length.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut l,
+        )
+    };
+    assert_eq!(r, 0, "getsockopt(TCP_NODELAY)");
+    v
+}
+
+/// A DDP pair whose listener (and so its accepted socket, and the client through the SYN-ACK)
+/// has `TCP_MAXSEG` `mss`.
+fn pair_mss(o: &Options, mss: i32) -> (DdpSocket, DdpSocket) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    // SAFETY: an int option on our listener.
+    let r = unsafe {
+        libc::setsockopt(
+            l.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            (&mss as *const i32).cast(),
+            4,
+        )
+    };
+    assert_eq!(r, 0, "TCP_MAXSEG");
+    let addr = l.local_addr().unwrap();
+    let bo = o.clone();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        DdpSocket::accept(s.as_raw_fd(), &bo, false)
+    });
+    let s = std::net::TcpStream::connect(addr).unwrap();
+    let ini = DdpSocket::connect(s.as_raw_fd(), o, false).expect("connect");
+    (ini, t.join().unwrap().expect("accept"))
+}
+
+#[test]
+fn nagle_is_the_application_s_on_loopback_and_off_underneath_on_a_small_mss() {
+    bounded(30, || {
+        let o = Options {
+            tcp_nagle: true,
+            ..Options::default()
+        };
+        // Loopback's MSS: the application's Nagle's algorithm (it set no TCP_NODELAY), off
+        // underneath for a write over 4 KiB, on again for a small one; reported as 0 all along.
+        let (a, b) = pair(&o, &o);
+        assert_eq!(kernel_nodelay(a.tcp_fd()), 0);
+        assert_eq!(a.app_nodelay(), Some(false));
+        send_all(&a, &[7u8; 10_000]);
+        assert_eq!(
+            kernel_nodelay(a.tcp_fd()),
+            1,
+            "a large write goes out at once"
+        );
+        assert_eq!(a.app_nodelay(), Some(false));
+        send_all(&a, b"x");
+        assert_eq!(
+            kernel_nodelay(a.tcp_fd()),
+            0,
+            "small writes under Nagle's algorithm"
+        );
+        let got = recv_exact(&b, 10_001);
+        assert!(got[..10_000].iter().all(|&x| x == 7) && got[10_000] == b'x');
+        // The application's own TCP_NODELAY is followed (the caller set it on the socket).
+        a.app_set_nodelay(true);
+        assert_eq!(a.app_nodelay(), Some(true));
+        // A small MSS (a network path): TCP_NODELAY underneath from the start, 0 reported,
+        // until the application asks for Nagle's algorithm itself.
+        let (c, d) = pair_mss(&o, 1400);
+        assert_eq!(kernel_nodelay(c.tcp_fd()), 1);
+        assert_eq!(kernel_nodelay(d.tcp_fd()), 1);
+        assert_eq!(c.app_nodelay(), Some(false));
+        send_all(&c, b"small");
+        assert_eq!(kernel_nodelay(c.tcp_fd()), 1, "not followed on a small MSS");
+        assert_eq!(recv_exact(&d, 5), b"small");
+        let zero: libc::c_int = 0;
+        // SAFETY: an int option on the socket's TCP fd, as the preload forwards it.
+        unsafe {
+            libc::setsockopt(
+                c.tcp_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                (&zero as *const libc::c_int).cast(),
+                4,
+            )
+        };
+        c.app_set_nodelay(false);
+        send_all(&c, b"again");
+        assert_eq!(
+            kernel_nodelay(c.tcp_fd()),
+            0,
+            "asked for after connecting: followed"
+        );
+        assert_eq!(recv_exact(&d, 5), b"again");
+        // The native API's default: TCP_NODELAY, the TCP socket's value reported.
+        let (e, _f) = pair(&Options::default(), &Options::default());
+        assert_eq!(kernel_nodelay(e.tcp_fd()), 1);
+        assert_eq!(e.app_nodelay(), None);
+    });
+}

@@ -733,11 +733,12 @@ impl DdpSocket {
         self.sh().lock().app_set_nodelay(nodelay);
     }
 
-    /// `TCP_NODELAY` as the application last made it, while the engine follows its choice of
-    /// Nagle's algorithm write by write (the TCP socket's own value changes with the writes'
-    /// sizes); `None`: the TCP socket's value is the answer.
+    /// `TCP_NODELAY` as the application last made it, while the engine may set it underneath
+    /// (it follows the application's Nagle's algorithm write by write, or keeps `TCP_NODELAY`
+    /// on a path with a small MSS: `Options::tcp_nagle`); `None`: the TCP socket's value is
+    /// the answer.
     pub fn app_nodelay(&self) -> Option<bool> {
-        self.sh().lock().app_nagle.then_some(false)
+        self.sh().lock().app_nodelay()
     }
 
     /// The caller reports every change of the app fd's `O_NONBLOCK` (`fcntl(F_SETFL)`,
