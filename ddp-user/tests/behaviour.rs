@@ -950,8 +950,13 @@ fn nagle_is_the_application_s_on_loopback_and_off_underneath_on_a_small_mss() {
         // Loopback's MSS: the application's Nagle's algorithm (it set no TCP_NODELAY), off
         // underneath for a write over 4 KiB, on again for a small one; reported as 0 all along.
         let (a, b) = pair(&o, &o);
-        assert_eq!(kernel_nodelay(a.tcp_fd()), 0);
         assert_eq!(a.app_nodelay(), Some(false));
+        send_all(&a, b"w");
+        assert_eq!(
+            kernel_nodelay(a.tcp_fd()),
+            0,
+            "a small write under Nagle's algorithm"
+        );
         send_all(&a, &[7u8; 10_000]);
         assert_eq!(
             kernel_nodelay(a.tcp_fd()),
@@ -965,8 +970,8 @@ fn nagle_is_the_application_s_on_loopback_and_off_underneath_on_a_small_mss() {
             0,
             "small writes under Nagle's algorithm"
         );
-        let got = recv_exact(&b, 10_001);
-        assert!(got[..10_000].iter().all(|&x| x == 7) && got[10_000] == b'x');
+        let got = recv_exact(&b, 10_002);
+        assert!(got[0] == b'w' && got[1..10_001].iter().all(|&x| x == 7) && got[10_001] == b'x');
         // The application's own TCP_NODELAY is followed (the caller set it on the socket).
         a.app_set_nodelay(true);
         assert_eq!(a.app_nodelay(), Some(true));

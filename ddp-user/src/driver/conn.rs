@@ -864,6 +864,10 @@ pub(crate) struct ConnState {
     /// `TCP_NODELAY` as the application has it (what `getsockopt` reports until
     /// [`ConnState::nodelay`]).
     app_nodelay: bool,
+    /// The application set no `TCP_NODELAY` before the socket was made: whether to follow its
+    /// Nagle's algorithm is decided when the connection opens, by the MSS then
+    /// ([`ConnState::follow_app_nagle`]).
+    nagle_pending: bool,
     /// An RDMA Write was placed since the last stream data: prefer small reads.
     tagged_seen: bool,
     /// The last FPDU whose payload could have been placed directly was small ([`DIRECT_MIN`]):
@@ -1050,6 +1054,7 @@ impl ConnState {
             app_nagle: false,
             nagle_on: false,
             app_nodelay: true,
+            nagle_pending: false,
             tagged_seen: false,
             small_rx: false,
             backlog: Backlog::default(),
@@ -1176,6 +1181,10 @@ impl ConnState {
     /// The MPA exchange finished: build the connection.
     pub(crate) fn open(&mut self, sh: &Shared, neg: Negotiated, leftover: Vec<u8>) {
         let emss = sys::tcp_maxseg(sh.tcp_fd).unwrap_or(1460);
+        if core::mem::take(&mut self.nagle_pending) && emss >= NAGLE_MIN_MSS {
+            // (`TCP_NODELAY` is set underneath: the first small write turns Nagle's algorithm on)
+            self.app_nagle = true;
+        }
         let m = mulpdu(emss, neg.markers_tx).clamp(MIN_MULPDU, MAX_ULPDU_LEN);
         let mut cfg = ConnConfig::new(m, RecvMode::Stream, sh.pd);
         cfg.max_transmit = MAX_TRANSMIT;
@@ -1224,24 +1233,27 @@ impl ConnState {
     pub(crate) fn set_nodelay(&mut self, sh: &Shared) {
         self.nodelay = true;
         self.app_nagle = false;
+        self.nagle_pending = false;
         let _ = sys::setsockopt(sh.tcp_fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1 as c_int);
     }
 
-    /// The engine left Nagle's algorithm to the application (`Options::tcp_nagle`): whether it
-    /// is on (`TCP_NODELAY` not set) as the socket was made. The engine follows it only on a
-    /// path whose MSS is at least [`NAGLE_MIN_MSS`] (loopback); elsewhere it sets
-    /// `TCP_NODELAY` underneath (`getsockopt` still reads the application's 0) until the
-    /// application sets `TCP_NODELAY` itself ([`ConnState::app_set_nodelay`]).
+    /// The engine leaves Nagle's algorithm to the application (`Options::tcp_nagle`): whether
+    /// it is on (`TCP_NODELAY` not set) as the socket is made. Until the connection opens the
+    /// engine sets `TCP_NODELAY` underneath (`getsockopt` still reads the application's 0);
+    /// then it follows the application's choice if the MSS is at least [`NAGLE_MIN_MSS`]
+    /// (loopback; [`ConnState::open`]), and on other paths only once the application sets
+    /// `TCP_NODELAY` itself ([`ConnState::app_set_nodelay`]). (The MSS of a connect still in
+    /// progress is not known yet.)
     pub(crate) fn follow_app_nagle(&mut self, tcp_fd: RawFd) {
         let on = sys::getsockopt(tcp_fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 0 as c_int)
             .is_ok_and(|v| v == 0);
         self.app_nodelay = !on;
-        let follow = on && sys::tcp_maxseg(tcp_fd).is_ok_and(|m| m >= NAGLE_MIN_MSS);
-        if on && !follow {
+        self.app_nagle = false;
+        self.nagle_on = false;
+        self.nagle_pending = on;
+        if on {
             let _ = sys::setsockopt(tcp_fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1 as c_int);
         }
-        self.app_nagle = follow;
-        self.nagle_on = follow;
     }
 
     /// The application set `TCP_NODELAY` (already on the TCP socket): followed from now on,
@@ -1252,6 +1264,7 @@ impl ConnState {
             self.app_nodelay = nodelay;
             self.app_nagle = !nodelay;
             self.nagle_on = !nodelay;
+            self.nagle_pending = false;
         }
     }
 
