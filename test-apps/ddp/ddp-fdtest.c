@@ -2521,6 +2521,122 @@ static int c_fork_server(void)
 	return 0;
 }
 
+/* The end of a connection served for a forked child, read by the child: EOF or ECONNRESET
+ * within WAIT_MS, after the bytes it was sent were read. */
+static int read_to_end(int fd, const char *what)
+{
+	uint64_t dl = xs_deadline(WAIT_MS);
+	char b[4096];
+	for (int i = 0; i < 10000; i++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int left = xs_ms_left(dl);
+		REQ(left > 0, "%s: no end within %d ms", what, WAIT_MS);
+		int r = poll(&p, 1, left);
+		REQE(r >= 0, "%s: poll", what);
+		if (r == 0)
+			continue;
+		ssize_t n = read(fd, b, sizeof b);
+		if (n == 0 || (n < 0 && errno == ECONNRESET))
+			return 0;
+		REQE(n > 0 || errno == EAGAIN || errno == EINTR, "%s: read", what);
+		REQ(n <= 0, "%s: %zd bytes nobody sent", what, n);
+	}
+	return fail_(__LINE__, 0, 0, "%s: too many wake-ups", what);
+}
+
+/* Connections handed to a forked child (the parent closed its copies at once) end while the
+ * child has them: one reset by the peer, one (DDP only) ended by the peer's RDMA Write to an
+ * STag that does not exist (the parent's engine answers with a Terminate: the connection is
+ * over). The child reads each end and closes its copy, and then, while the child still lives,
+ * the parent's engine, which served the connections for it, lets go of every descriptor of
+ * them. Once a connection is over the engine no longer reads what the child writes, so the
+ * hang-up of the app end (its interest kept for that, `ConnState::eng_interest`) is how it
+ * hears the child's close. */
+static int c_fork_ended(void)
+{
+	int c[2], s[2], go[2];
+	int n_conns = tcp_mode ? 1 : 2;
+	int socks0 = count_sockets();
+	for (int i = 0; i < n_conns; i++) {
+		TRY(mkpair(&c[i], &s[i]));
+		TRY(both_ways(c[i], s[i], "before fork"));
+	}
+	REQE(pipe(go) == 0, "pipe");
+	uint64_t in = xs_seed(61, 62, 63), out = xs_seed(64, 65, 66);
+	fflush(stdout);
+	pid_t pid = fork();
+	REQE(pid >= 0, "fork");
+	if (pid == 0) {
+		cur_case = "fork-ended (child)";
+		close(go[1]);
+		int r = 0;
+		for (int i = 0; i < n_conns; i++) {
+			close(c[i]);
+			if (r == 0)
+				r = get(s[i], 5000, in, 0, "child reads the peer's request");
+			if (r == 0)
+				r = put(s[i], 100, out, 0, "child answers");
+			if (r == 0)
+				r = read_to_end(s[i], i == 0 ? "child: the peer's reset" : "child: the end after a Terminate");
+			close(s[i]);
+		}
+		char b;
+		if (read(go[0], &b, 1) != 1 && r == 0)
+			r = fail_(__LINE__, 1, errno, "child: waiting to be told to exit");
+		fflush(stdout);
+		_exit(r == 0 ? 0 : 1);
+	}
+	close(go[0]);
+	for (int i = 0; i < n_conns; i++)
+		close(s[i]); /* the parent lets go: its engine serves the connections for the child */
+	int rc = 0;
+	for (int i = 0; i < n_conns && rc == 0; i++) {
+		rc = put(c[i], 5000, in, 0, "peer's request");
+		if (rc == 0)
+			rc = get(c[i], 100, out, 0, "peer reads the child's answer");
+		if (rc != 0)
+			break;
+		if (i == 0) {
+			struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+			if (setsockopt(c[0], SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0)
+				rc = fail_(__LINE__, 1, errno, "peer: SO_LINGER 0");
+			close(c[0]); /* a reset */
+			c[0] = -1;
+		} else {
+			static uint8_t wb[64];
+			struct iovec iov = { wb, sizeof wb };
+			if (ddp_post_write(c[1], 7, &iov, 1, 0x7ffe0100u, 0, 0) != 0)
+				rc = fail_(__LINE__, 1, errno, "peer: ddp_post_write to an STag that does not exist");
+			/* (the peer reads the end too: the Terminate) */
+			if (rc == 0)
+				rc = read_to_end(c[1], "peer: the Terminate");
+		}
+	}
+	for (int i = 0; i < n_conns; i++)
+		if (c[i] >= 0)
+			close(c[i]);
+	/* the child reads each end and closes; every socket of the connections goes (both ends
+	 * are this process's), while the child waits to be told to exit */
+	uint64_t dl = xs_deadline(WAIT_MS);
+	int n = count_sockets();
+	while (rc == 0 && n > socks0 && xs_ms_left(dl) > 0) {
+		sleep_ms(2); /* bounded polling: the close is made on the engine's thread */
+		n = count_sockets();
+	}
+	if (rc == 0 && n != socks0)
+		rc = fail_(__LINE__, 0, 0, "%d sockets open %d ms after the child closed its copies of the ended connections, %d before",
+			   n, WAIT_MS, socks0);
+	if (write(go[1], "x", 1) != 1 && rc == 0)
+		rc = fail_(__LINE__, 1, errno, "telling the child to exit");
+	close(go[1]);
+	int st;
+	TRY(wait_child(pid, 20000, &st));
+	REQ(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status 0x%x)", st);
+	TRY(rc);
+	printf("  fork-ended: the child read the end of %d connection(s), closed, and the parent released them\n", n_conns);
+	return 0;
+}
+
 /* fork-exec traffic: 256 bytes each way, a pattern anyone can recompute (no seed state). */
 #define FX_LEN 256
 static void fx_fill(uint8_t *b, int dir)
@@ -3125,6 +3241,7 @@ static const struct tcase cases[] = {
 	{ "fd-reuse", c_fd_reuse, "a closed socket's fd number taken by a new socket: calls reach the new one, the old one's peer reads EOF" },
 	{ "eintr", c_eintr, "signal during a blocking read: EINTR; with SA_RESTART the read completes" },
 	{ "fork", c_fork, "fork: child uses the inherited fd as a byte stream, ext calls EOPNOTSUPP, own connection" },
+	{ "fork-ended", c_fork_ended, "forking server: connections the child has end (reset; Terminate); the child's close releases them in the parent" },
 	{ "fork-server", c_fork_server, "forking server: the parent closes accepted sockets at once, the child serves them (both ways, half close), its close ends the stream" },
 	{ "fork-exec", c_fork_exec, "fork+exec: the inherited fd is the byte stream shared with the parent (as TCP)" },
 	{ "listener-inherit", c_listener_inherit, "a DDP listener's options on its accepted sockets (DDP_CONN_INFO)" },
