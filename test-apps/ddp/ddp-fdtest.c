@@ -2430,6 +2430,19 @@ static int count_sockets(void)
 	return n;
 }
 
+/* A forking case's end: tells the child (waiting on the pipe `go_w`) to exit and reaps it: a
+ * failure of its own, or the parent's result so far `rc` (not hidden by the telling). */
+static int tell_child_to_exit(pid_t pid, int go_w, int rc)
+{
+	if (write(go_w, "x", 1) != 1 && rc == 0)
+		rc = fail_(__LINE__, 1, errno, "telling the child to exit");
+	close(go_w);
+	int st;
+	TRY(wait_child(pid, 20000, &st));
+	REQ(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status 0x%x)", st);
+	return rc;
+}
+
 /* the forking server's child: it serves the accepted sockets the parent let go of, then
  * closes them and stays alive until told (the peer's EOF must come from its close, not its
  * exit) */
@@ -2502,12 +2515,7 @@ static int c_fork_server(void)
 	if (rc == 0)
 		rc = put(c[2], 3000, in, 0, "peer's last words on connection 3");
 	close(c[2]);
-	if (write(go[1], "x", 1) != 1 && rc == 0)
-		rc = fail_(__LINE__, 1, errno, "telling the child to exit");
-	close(go[1]);
-	int st;
-	TRY(wait_child(pid, 20000, &st));
-	REQ(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status 0x%x)", st);
+	rc = tell_child_to_exit(pid, go[1], rc);
 	close(c[0]);
 	close(c[1]);
 	TRY(rc);
@@ -2626,12 +2634,7 @@ static int c_fork_ended(void)
 	if (rc == 0 && n != socks0)
 		rc = fail_(__LINE__, 0, 0, "%d sockets open %d ms after the child closed its copies of the ended connections, %d before",
 			   n, WAIT_MS, socks0);
-	if (write(go[1], "x", 1) != 1 && rc == 0)
-		rc = fail_(__LINE__, 1, errno, "telling the child to exit");
-	close(go[1]);
-	int st;
-	TRY(wait_child(pid, 20000, &st));
-	REQ(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status 0x%x)", st);
+	rc = tell_child_to_exit(pid, go[1], rc);
 	TRY(rc);
 	printf("  fork-ended: the child read the end of %d connection(s), closed, and the parent released them\n", n_conns);
 	return 0;
