@@ -645,47 +645,6 @@ fn a_writer_that_receives_nothing_does_not_read_per_write() {
     });
 }
 
-/// A request-response loop of blocking `recv`s (sockperf's ping-pong): the next message is
-/// the peer's answer, not there yet when the receive starts, so after a read that found the
-/// TCP socket empty the receives wait first and read once (`ConnState::wait_first`): about
-/// one input read per message, where reading first made two (an `EAGAIN`, then the read
-/// after the wait). Every message's content is checked on both sides.
-#[test]
-fn a_blocking_request_response_loop_reads_once_per_message() {
-    bounded(60, || {
-        let o = Options::default();
-        let (a, b) = pair(&o, &o);
-        const ROUNDS: u64 = 2000;
-        const LEN: usize = 64;
-        let echo = std::thread::spawn(move || {
-            let before = b.counters().expect("counters").rx_reads;
-            for r in 0..ROUNDS {
-                let got = recv_exact(&b, LEN);
-                assert!(got == pattern(LEN, r), "request {r} differs");
-                send_all(&b, &pattern(LEN, r + ROUNDS));
-            }
-            b.counters().expect("counters").rx_reads - before
-        });
-        let before = a.counters().expect("counters").rx_reads;
-        for r in 0..ROUNDS {
-            send_all(&a, &pattern(LEN, r));
-            let got = recv_exact(&a, LEN);
-            assert!(got == pattern(LEN, r + ROUNDS), "answer {r} differs");
-        }
-        let reads_a = a.counters().expect("counters").rx_reads - before;
-        let reads_b = echo.join().unwrap();
-        eprintln!("input reads per message: client {reads_a}, server {reads_b} for {ROUNDS}");
-        // (reading first: 1.6 to 2 per message, an EAGAIN whenever the answer was not there
-        // yet; waiting first: 1 per message, and one EAGAIN per `WAIT_FIRST_RUN` + 1)
-        for (side, reads) in [("client", reads_a), ("server", reads_b)] {
-            assert!(
-                reads * 4 <= ROUNDS * 5,
-                "{side}: {reads} input reads for {ROUNDS} messages"
-            );
-        }
-    });
-}
-
 /// One socket's waits alternate between the socketpair and the completion eventfd (a
 /// blocking stream `recv`, then `wait_cq` for an RDMA Read's completion, and back): the
 /// socket's wait set (`driver::waitset`) swaps its registrations each time, and every wait

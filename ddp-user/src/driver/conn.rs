@@ -173,11 +173,6 @@ const SMALL_READ: usize = 256;
 /// connection's first 32 KiB segments, whose ULPDU is 32,762 octets on loopback, where TCP
 /// starts with an MSS of half the first window, count as large: session 47.)
 const STREAM_DIRECT_MIN: usize = (32 << 10) - 64;
-/// Blocking receives in a row that wait for the TCP socket before they read it, after one
-/// that read first and found nothing ([`ConnState::wait_first`]); the next one reads first
-/// again, to see whether data now comes ahead of the reader.
-pub(crate) const WAIT_FIRST_RUN: u8 = 16;
-
 /// Bytes sent before the EMSS is asked again the first time ([`ConnState::recheck_mss`]);
 /// then at twice as much, [`MSS_CHECKS`] times in all (the last at 8 GiB).
 const MSS_CHECK_FIRST: u64 = 128 << 10;
@@ -902,9 +897,6 @@ pub(crate) struct ConnState {
     /// Bytes known to wait in the TCP socket's receive queue (a lower bound: the last
     /// `FIONREAD` less what was read since).
     inq_floor: usize,
-    /// Blocking receives that may still wait before they read ([`ConnState::wait_first`]):
-    /// set to [`WAIT_FIRST_RUN`] when one read the TCP socket, found nothing and waited.
-    wait_first_left: u8,
     /// `inq_floor` is what the kernel said with the last read (`TCP_CM_INQ`), made just
     /// before a reader was told of stream data (`stream_waiting`): the reader's first read
     /// plans with it instead of asking again (what arrived in between is read next time).
@@ -1079,7 +1071,6 @@ impl ConnState {
             follow: 0,
             rx_counts: RxCounts::default(),
             inq_floor: 0,
-            wait_first_left: 0,
             inq_fresh: false,
             poll_reader: false,
             hold_until: None,
@@ -1498,39 +1489,6 @@ impl ConnState {
             || !self.pre_open_tx.is_empty()
             || self.deferred_wrs != 0
             || !self.is_open())
-    }
-
-    /// Whether a blocking receive that found nothing buffered should wait for the TCP socket
-    /// before it reads it: the last ones read it, found it empty and waited (a
-    /// request-response loop: the next message is the peer's answer, not there yet), and
-    /// nothing but TCP input is due (no output queued, no event, no input known to wait,
-    /// the socket's wait set knows the TCP input was read to its end since its last report,
-    /// so that what arrives meanwhile makes a new report). Saves the read that could only
-    /// say `EAGAIN`; after [`WAIT_FIRST_RUN`] such receives one reads first again, and a
-    /// read that finds data ends the run (a stream flowing: reading first costs less).
-    pub(crate) fn wait_first(&mut self, sh: &Shared) -> bool {
-        if self.wait_first_left == 0
-            || self.inq_floor != 0
-            || !self.wants_input()
-            || self.has_pending_input()
-            || !self.small_now_ok()
-            || !sh.wait_set.tcp_known_drained()
-            || self
-                .conn
-                .as_ref()
-                .is_none_or(|c| c.unsent_len() != 0 || c.has_events())
-        {
-            return false;
-        }
-        self.wait_first_left -= 1;
-        true
-    }
-
-    /// A blocking receive read the TCP socket, found nothing and is going to wait
-    /// (`found`: false), or found data before any wait (true): see
-    /// [`ConnState::wait_first`].
-    pub(crate) fn note_first_read(&mut self, found: bool) {
-        self.wait_first_left = if found { 0 } else { WAIT_FIRST_RUN };
     }
 
     /// Writes the fast paths' framed message `t`; what the kernel does not take waits as the

@@ -1101,8 +1101,6 @@ impl DdpSocket {
         let mut deadline = None;
         let mut g = Inline::enter(sh);
         let mut filled = 0usize;
-        // (the first read of the TCP socket found nothing: `ConnState::note_first_read`)
-        let mut read_empty = false;
         loop {
             let st = g.st();
             if peek && st.hold {
@@ -1187,10 +1185,6 @@ impl DdpSocket {
                     return Ok(filled);
                 }
                 continue;
-            } else if deadline.is_none() && filled == 0 && st.wait_first(sh) && !nonblock() {
-                // 3a. A blocking reader whose last reads found the TCP socket empty waits for
-                //     it first (`ConnState::wait_first`): one system call less per message of a
-                //     request-response loop.
             } else {
                 // 3. Then the TCP socket, inline, straight into the caller's buffers. The
                 //    socketpair and the backlog are empty (known, or just seen: all writers to
@@ -1203,21 +1197,15 @@ impl DdpSocket {
                 if st.poll_reader && st.inline <= 1 && st.is_open() && !st.rd_shut {
                     st.hold = true;
                 }
-                let first = deadline.is_none() && filled == 0;
                 let mut sink = UserSink::new(bufs, filled);
                 sh.progress(st, Some(&mut sink), true);
                 filled += sink.filled();
-                let found = filled > 0 || st.bytes_rx != before;
-                if first && found {
-                    st.note_first_read(true);
-                }
                 if filled > 0 && (!waitall || filled == cap) {
                     return Ok(filled);
                 }
                 if st.bytes_rx != before || st.eng_shut {
                     continue;
                 }
-                read_empty = first;
             }
             if nonblock() {
                 return if filled > 0 {
@@ -1225,9 +1213,6 @@ impl DdpSocket {
                 } else {
                     Err(Errno::EAGAIN)
                 };
-            }
-            if core::mem::take(&mut read_empty) {
-                g.st().note_first_read(false);
             }
             if deadline.is_none() {
                 deadline = Some(self.timeout(Timeout::Recv).map(|d| Instant::now() + d));

@@ -243,15 +243,6 @@ impl WaitSet {
         }
     }
 
-    /// Whether the TCP fd is registered for input only and known read to its end since its
-    /// last report ([`WaitSet::tcp_drained`]): a wait needs no re-check, and input that
-    /// arrives from now on makes a report of its own.
-    pub(crate) fn tcp_known_drained(&self) -> bool {
-        let r = Role::Tcp as usize;
-        self.regs[r].1.load(Ordering::Relaxed) == libc::POLLIN as u32
-            && self.checked[r].load(Ordering::Acquire) == self.reports[r].load(Ordering::Relaxed)
-    }
-
     /// The epoll instance, made now if it was not.
     fn instance(&self) -> Option<RawFd> {
         let ep = self.ep.load(Ordering::Relaxed);
