@@ -645,6 +645,50 @@ fn a_writer_that_receives_nothing_does_not_read_per_write() {
     });
 }
 
+/// A request-response loop of blocking `recv`s (sockperf's ping-pong) takes each small message
+/// in one step (`ConnState::small_round`, as a `poll`'s round does), not through the general
+/// round; messages of several sizes, some larger than the reader's buffer (the rest follows in
+/// the next `recv`), every byte checked on both sides.
+#[test]
+fn blocking_receives_take_small_messages_in_one_step() {
+    bounded(60, || {
+        let o = Options::default();
+        let (a, b) = pair(&o, &o);
+        const ROUNDS: u64 = 1000;
+        let len = |r: u64| 1 + (r as usize * 37) % 300;
+        let echo = std::thread::spawn(move || {
+            for r in 0..ROUNDS {
+                let got = recv_exact(&b, len(r));
+                assert!(got == pattern(len(r), r), "request {r} differs");
+                send_all(&b, &pattern(len(r), r + ROUNDS));
+            }
+            b.counters().expect("counters").rx_small_rounds
+        });
+        let before = a.counters().expect("counters").rx_small_rounds;
+        for r in 0..ROUNDS {
+            send_all(&a, &pattern(len(r), r));
+            // (a buffer of 100 bytes: longer answers come in two or more receives)
+            let want = pattern(len(r), r + ROUNDS);
+            let mut got = Vec::new();
+            while got.len() < want.len() {
+                let mut buf = [0u8; 100];
+                let n = a
+                    .recv(&mut [std::io::IoSliceMut::new(&mut buf)], 0)
+                    .expect("recv");
+                assert!(n > 0, "EOF at {} of answer {r}", got.len());
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got == want, "answer {r} differs");
+        }
+        let client = a.counters().expect("counters").rx_small_rounds - before;
+        let server = echo.join().unwrap();
+        eprintln!("one-step rounds: client {client}, server {server} for {ROUNDS} messages");
+        // (the general round for all of them before)
+        assert!(client * 2 >= ROUNDS, "client: {client} one-step rounds");
+        assert!(server * 2 >= ROUNDS, "server: {server} one-step rounds");
+    });
+}
+
 /// One socket's waits alternate between the socketpair and the completion eventfd (a
 /// blocking stream `recv`, then `wait_cq` for an RDMA Read's completion, and back): the
 /// socket's wait set (`driver::waitset`) swaps its registrations each time, and every wait

@@ -2433,8 +2433,11 @@ impl ConnState {
     /// the general round: octets that are not such FPDUs stay at the front of the read's
     /// buffer ([`SmallRest`]), which `pump_input` feeds first as if it had just read them;
     /// the end of the input and errors are recorded as `pump_input` records them.
-    pub(crate) fn small_round(&mut self, sh: &Shared) -> SmallRound {
-        if !self.hold || !self.stream_mode || !self.quiet_but_input(sh) {
+    ///
+    /// With `reader`, for a thread inside a stream `recv` on the socket (the socketpair and the
+    /// backlog empty): it takes what lands in the backlog at once, so no hold is needed.
+    pub(crate) fn small_round(&mut self, sh: &Shared, reader: bool) -> SmallRound {
+        if !(self.hold || reader) || !self.stream_mode || !self.quiet_but_input(sh) {
             return SmallRound::General { read: true };
         }
         let Some(conn) = self.conn.as_mut() else {

@@ -1063,7 +1063,7 @@ impl Shared {
             }
         }
         // (small messages: the commonest round in one step, see `ConnState::small_round`)
-        let read = match st.small_round(self) {
+        let read = match st.small_round(self, false) {
             SmallRound::Done => {
                 if rearm {
                     self.rearm(st);

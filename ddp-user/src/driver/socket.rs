@@ -14,7 +14,7 @@ use ddp_proto::conn::{PostError, Role, SMALL_SEND_MAX, SendFlags, State};
 use ddp_proto::ddp::{STag, Sge, SgeList};
 use ddp_proto::mpa::startup::RtrKind;
 
-use crate::driver::conn::{ConnState, Phase, TX_STREAM_LIMIT, ended_errno};
+use crate::driver::conn::{ConnState, Phase, SmallRound, TX_STREAM_LIMIT, ended_errno};
 use crate::driver::mem::{UserSink, plausible};
 use crate::driver::settings::{Settings, Timeout};
 use crate::driver::startup::Startup;
@@ -1197,8 +1197,33 @@ impl DdpSocket {
                 if st.poll_reader && st.inline <= 1 && st.is_open() && !st.rd_shut {
                     st.hold = true;
                 }
+                // Small plain Sends, whole in one read, and nothing else to do: a poll's
+                // round in one step (`ConnState::small_round`) into the backlog, the front of
+                // the stream, and from there to the caller, without the general round.
+                let read = match st.small_round(sh, true) {
+                    SmallRound::Done => {
+                        filled += if let [one] = bufs {
+                            st.backlog.drain_to(&mut one[filled..])
+                        } else {
+                            let mut sink = UserSink::new(bufs, filled);
+                            st.backlog.drain_into(|d| sink.put(d))
+                        };
+                        // (what did not fit goes where the general round puts it: into the
+                        // socketpair, or held for this reader)
+                        if !st.backlog.is_empty() {
+                            st.flush_backlog(sh);
+                        }
+                        if filled > 0 && (!waitall || filled == cap) {
+                            return Ok(filled);
+                        }
+                        continue;
+                    }
+                    // (some of the read is in the backlog: taken first, in order, by step 2)
+                    SmallRound::General { .. } if !st.backlog.is_empty() => continue,
+                    SmallRound::General { read } => read,
+                };
                 let mut sink = UserSink::new(bufs, filled);
-                sh.progress(st, Some(&mut sink), true);
+                sh.progress(st, Some(&mut sink), read);
                 filled += sink.filled();
                 if filled > 0 && (!waitall || filled == cap) {
                     return Ok(filled);
