@@ -162,6 +162,18 @@ impl WeakDdpSocket {
     }
 }
 
+/// Moves the front of the backlog into the caller's buffers after the `filled` bytes already
+/// there (`recv`'s steps that take from it); returns the bytes moved.
+#[inline]
+fn take_backlog(st: &mut ConnState, bufs: &mut [IoSliceMut<'_>], filled: usize) -> usize {
+    if let [one] = bufs {
+        st.backlog.drain_to(&mut one[filled..])
+    } else {
+        let mut sink = UserSink::new(bufs, filled);
+        st.backlog.drain_into(|d| sink.put(d))
+    }
+}
+
 /// An application thread inside the library on a socket: the progress thread leaves the
 /// socket's TCP input to it until it leaves (see [`crate::driver::conn`]).
 struct Inline<'a> {
@@ -1162,12 +1174,7 @@ impl DdpSocket {
             } else if !st.backlog.is_empty() {
                 // 2. Then what the socketpair could not take.
                 let held = st.hold;
-                filled += if let [one] = bufs {
-                    st.backlog.drain_to(&mut one[filled..])
-                } else {
-                    let mut sink = UserSink::new(bufs, filled);
-                    st.backlog.drain_into(|d| sink.put(d))
-                };
+                filled += take_backlog(st, bufs, filled);
                 if held && !st.has_tail() {
                     // Data held for us after an inline poll (nothing else happened since that
                     // round of work): only the end of the hold (or the EOF after the last
@@ -1202,12 +1209,7 @@ impl DdpSocket {
                 // the stream, and from there to the caller, without the general round.
                 let read = match st.small_round(sh, true) {
                     SmallRound::Done => {
-                        filled += if let [one] = bufs {
-                            st.backlog.drain_to(&mut one[filled..])
-                        } else {
-                            let mut sink = UserSink::new(bufs, filled);
-                            st.backlog.drain_into(|d| sink.put(d))
-                        };
+                        filled += take_backlog(st, bufs, filled);
                         // (what did not fit goes where the general round puts it: into the
                         // socketpair, or held for this reader)
                         if !st.backlog.is_empty() {
