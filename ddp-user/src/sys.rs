@@ -322,6 +322,101 @@ pub fn socketpair(extra_flags: c_int) -> Result<(RawFd, RawFd)> {
     Ok((fds[0], fds[1]))
 }
 
+/// `socket(domain, ty, 0)`.
+pub fn socket(domain: c_int, ty: c_int) -> Result<RawFd> {
+    // SAFETY: plain syscall on integers.
+    cvt(unsafe { libc::syscall(libc::SYS_socket, domain, ty, 0) }).map(|v| v as RawFd)
+}
+
+/// `accept4(fd, NULL, NULL, flags)`.
+pub fn accept4(fd: RawFd, flags: c_int) -> Result<RawFd> {
+    // SAFETY: no address is asked for.
+    restart(|| unsafe { libc::syscall(libc::SYS_accept4, fd, 0usize, 0usize, flags) })
+        .map(|v| v as RawFd)
+}
+
+/// `connect(fd, addr, len)` to an `AF_UNIX` address (a non-blocking socket: `EAGAIN` when
+/// the listener's backlog is full).
+pub fn connect(fd: RawFd, addr: &libc::sockaddr_un, len: libc::socklen_t) -> Result<()> {
+    // SAFETY: `addr` is a valid sockaddr_un of at least `len` bytes (callers pass its size or
+    // the length the kernel gave for it).
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_connect,
+            fd,
+            addr as *const libc::sockaddr_un,
+            len.min(core::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t),
+        )
+    })
+    .map(drop)
+}
+
+/// `sendmsg` of `buf` with one descriptor (`SCM_RIGHTS`), non-blocking, no `SIGPIPE`.
+pub fn send_with_fd(fd: RawFd, buf: &[u8], pass: RawFd) -> Result<usize> {
+    #[repr(C)]
+    struct Cmsg {
+        hdr: libc::cmsghdr,
+        fd: c_int,
+    }
+    // SAFETY: all-zero is a valid cmsghdr/msghdr.
+    let mut c: Cmsg = unsafe { core::mem::zeroed() };
+    // SAFETY: CMSG_LEN is a pure computation.
+    c.hdr.cmsg_len = unsafe { libc::CMSG_LEN(core::mem::size_of::<c_int>() as u32) } as _;
+    c.hdr.cmsg_level = libc::SOL_SOCKET;
+    c.hdr.cmsg_type = libc::SCM_RIGHTS;
+    c.fd = pass;
+    let mut iov = [iovec(buf.as_ptr(), buf.len())];
+    // SAFETY: see above.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = 1;
+    msg.msg_control = (&mut c as *mut Cmsg).cast();
+    // SAFETY: CMSG_SPACE is a pure computation.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(core::mem::size_of::<c_int>() as u32) } as _;
+    debug_assert!(msg.msg_controllen as usize <= core::mem::size_of::<Cmsg>());
+    let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+    // SAFETY: msghdr, iovec and control buffer live across the call.
+    restart(|| unsafe { libc::syscall(libc::SYS_sendmsg, fd, &msg as *const _, flags) })
+}
+
+/// `recvmsg` into `buf` (non-blocking), with the descriptor an `SCM_RIGHTS` message carries
+/// (close-on-exec); any further descriptors are closed.
+pub fn recv_with_fd(fd: RawFd, buf: &mut [u8]) -> Result<(usize, Option<RawFd>)> {
+    let mut control = [0u64; 8];
+    let mut iov = [iovec(buf.as_mut_ptr(), buf.len())];
+    // SAFETY: all-zero is a valid msghdr.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = core::mem::size_of_val(&control) as _;
+    let flags = libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
+    // SAFETY: msghdr, iovec and control buffer live across the call.
+    let n = restart(|| unsafe { libc::syscall(libc::SYS_recvmsg, fd, &mut msg as *mut _, flags) })?;
+    let mut got = None;
+    // SAFETY: walking the control buffer the kernel filled, with the libc macros.
+    unsafe {
+        let mut cm = libc::CMSG_FIRSTHDR(&msg);
+        while !cm.is_null() {
+            if (*cm).cmsg_level == libc::SOL_SOCKET && (*cm).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cm).cast::<c_int>();
+                let count = ((*cm).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / core::mem::size_of::<c_int>();
+                for i in 0..count {
+                    let f = data.add(i).read_unaligned();
+                    if got.is_none() {
+                        got = Some(f);
+                    } else {
+                        let _ = close(f);
+                    }
+                }
+            }
+            cm = libc::CMSG_NXTHDR(&msg, cm);
+        }
+    }
+    Ok((n, got))
+}
+
 /// `fcntl(fd, cmd, arg)` with an integer argument.
 pub fn fcntl(fd: RawFd, cmd: c_int, arg: c_long) -> Result<usize> {
     // SAFETY: integer-argument fcntl commands only.

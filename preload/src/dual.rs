@@ -1,38 +1,37 @@
 //! The dual-mode listener: one DDP listener serves iWARP clients and plain TCP clients on the
-//! same port. On `accept`, the first bytes the client sent decide: the 16-byte MPA Request
-//! key (`"MPA ID Req Frame"`, RFC 5044 §7.1) makes the connection a DDP socket (the MPA
-//! exchange follows as for any DDP listener); anything else leaves it a plain TCP socket with
-//! its bytes unread (they were only peeked at), passed through like any socket that never
-//! opted in.
+//! same port. The first bytes the client sent decide: the 16-byte MPA Request key
+//! (`"MPA ID Req Frame"`, RFC 5044 §7.1) makes the connection a DDP socket (the MPA exchange
+//! follows as for any DDP listener); anything else leaves it a plain TCP socket with its bytes
+//! unread (they were only peeked at), passed through like any socket that never opted in.
 //!
-//! Waiting for the first bytes without blocking the program (our choice; `docs/rules.md`,
-//! DUAL MODE):
+//! The listener's acceptor classifies each connection in the background, before `accept`
+//! (`ddp_user::driver::listener`), so no call of the program waits for a client's first bytes
+//! (our choices; `docs/rules.md`, DUAL MODE):
 //! - A dual listener gets `TCP_DEFER_ACCEPT` (`EXSOCK_DUAL_DEFER_S`, default 1 s, unless the
-//!   program set its own): the kernel queues a connection for `accept` only once its first
+//!   program set its own): the kernel queues a connection for the acceptor only once its first
 //!   data arrived, or after the deferral (a SYN-ACK retransmission later) for clients that
-//!   wait for the server to speak first. So an accepted connection of a client-speaks-first
-//!   protocol (MPA, HTTP, redis, iperf) has its first bytes already there, and nothing waits.
-//! - A **blocking** listener then waits at most `EXSOCK_DUAL_WAIT_MS` (default 200) for first
-//!   bytes that are not there yet (deferral off or expired).
-//! - A **non-blocking** listener never waits for the first byte: no bytes yet means plain TCP.
-//! - Both wait (bounded by `EXSOCK_DUAL_WAIT_MS`) for the rest of a key whose beginning
-//!   arrived: that client evidently speaks MPA and is mid-send.
+//!   wait for the server to speak first. So a client-speaks-first protocol (MPA, HTTP, redis,
+//!   iperf) has its first bytes there at once.
+//! - Then the acceptor waits at most `EXSOCK_DUAL_WAIT_MS` (default 200) for first bytes, or
+//!   for the rest of a key whose beginning arrived.
 //! - No bytes within the bound, or EOF, or an error: plain TCP (a server-speaks-first client
 //!   then gets its greeting from the program, as without the library).
+//!
+//! Where a listener has no acceptor (it could not be started), `accept` classifies as it
+//! takes the connection ([`classify`]): a blocking listener waits as above, a non-blocking one
+//! takes no bytes yet for plain TCP.
 //!
 //! Dual mode is on for rule-switched listeners (`EXSOCK_DUAL`, default 1) and off for
 //! listeners the program switched with `setsockopt(DDP_MODE)` (`EXSOCK_DUAL_SOCKOPT`, default
 //! 0), whose clients are expected to speak MPA.
 
-use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use libc::c_int;
 
 use crate::log::debug;
 
-/// The MPA Request key (RFC 5044 §7.1).
-pub const MPA_REQUEST_KEY: &[u8; 16] = b"MPA ID Req Frame";
+pub use ddp_user::driver::listener::{Judgement, MPA_REQUEST_KEY, Verdict, judge};
 
 static FOR_RULES: AtomicBool = AtomicBool::new(true);
 static FOR_SOCKOPT: AtomicBool = AtomicBool::new(false);
@@ -53,6 +52,11 @@ pub fn setup() {
     if let Some(v) = crate::rules::env_int(c"EXSOCK_DUAL_DEFER_S", 0..=3600) {
         DEFER_S.store(v as u32, Ordering::Relaxed);
     }
+}
+
+/// How long a dual listener waits for a connection's first bytes (`EXSOCK_DUAL_WAIT_MS`).
+pub fn wait_ms() -> u32 {
+    WAIT_MS.load(Ordering::Relaxed)
 }
 
 /// Whether rule-switched listeners are dual (`EXSOCK_DUAL`).
@@ -94,69 +98,6 @@ pub fn prepare_listener(fd: c_int) {
                 core::mem::size_of::<c_int>() as libc::socklen_t,
             )
         };
-    }
-}
-
-/// What the first bytes say.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Judgement {
-    /// The MPA Request key.
-    Mpa,
-    /// Something else.
-    NotMpa,
-    /// A proper prefix of the key: wait for more.
-    NeedMore,
-}
-
-/// Judges the first bytes of a connection (pure).
-pub fn judge(first: &[u8]) -> Judgement {
-    let n = first.len().min(MPA_REQUEST_KEY.len());
-    if first[..n] != MPA_REQUEST_KEY[..n] {
-        Judgement::NotMpa
-    } else if n == MPA_REQUEST_KEY.len() {
-        Judgement::Mpa
-    } else {
-        Judgement::NeedMore
-    }
-}
-
-/// Why a connection of a dual listener is what it is (for the log).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// It sent the MPA Request key.
-    Ddp,
-    /// It sent other bytes (the first ones, up to 16, for the log).
-    Bytes([u8; 16], usize),
-    /// Nothing arrived within the bound (ms; 0 for a non-blocking listener).
-    Silent(u32),
-    /// The peer closed before sending anything.
-    Eof,
-    /// The peek failed (errno).
-    Error(c_int),
-}
-
-impl fmt::Display for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Verdict::Ddp => f.write_str("DDP (dual: the client sent an MPA Request)"),
-            Verdict::Bytes(b, n) => {
-                f.write_str("plain TCP (dual: first bytes are not an MPA Request: \"")?;
-                for &c in &b[..n] {
-                    if c.is_ascii_graphic() || c == b' ' {
-                        write!(f, "{}", c as char)?;
-                    } else {
-                        write!(f, "\\x{c:02x}")?;
-                    }
-                }
-                f.write_str("\")")
-            }
-            Verdict::Silent(0) => {
-                f.write_str("plain TCP (dual: no bytes yet and the listener is non-blocking)")
-            }
-            Verdict::Silent(ms) => write!(f, "plain TCP (dual: no bytes within {ms} ms)"),
-            Verdict::Eof => f.write_str("plain TCP (dual: the client closed before sending)"),
-            Verdict::Error(e) => write!(f, "plain TCP (dual: peek failed, errno {e})"),
-        }
     }
 }
 
@@ -277,32 +218,6 @@ pub fn accept_as_ddp(lfd: c_int, nfd: c_int, listener_nonblocking: bool) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn judges_first_bytes() {
-        assert_eq!(judge(b"MPA ID Req Frame\x80\x00"), Judgement::Mpa);
-        assert_eq!(judge(b"MPA ID Req Frame"), Judgement::Mpa);
-        assert_eq!(judge(b"MPA ID"), Judgement::NeedMore);
-        assert_eq!(judge(b"M"), Judgement::NeedMore);
-        assert_eq!(judge(b"MPA ID Rep Frame"), Judgement::NotMpa);
-        assert_eq!(judge(b"GET / HTTP/1.1\r\n"), Judgement::NotMpa);
-        assert_eq!(judge(b"*1\r\n"), Judgement::NotMpa);
-        assert_eq!(judge(b""), Judgement::NeedMore);
-    }
-
-    #[test]
-    fn verdicts_read_well() {
-        let mut b = [0u8; 16];
-        b[..6].copy_from_slice(b"GET /\n");
-        assert_eq!(
-            Verdict::Bytes(b, 6).to_string(),
-            "plain TCP (dual: first bytes are not an MPA Request: \"GET /\\x0a\")"
-        );
-        assert_eq!(
-            Verdict::Silent(200).to_string(),
-            "plain TCP (dual: no bytes within 200 ms)"
-        );
-    }
 
     /// Over real loopback sockets: MPA key, other bytes, silence, EOF.
     #[test]

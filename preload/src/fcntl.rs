@@ -168,8 +168,16 @@ unsafe fn routed_ioctl(
         // (ddp_user::PollWait::service) goes into the socketpair first, so that it counts.
         ddp_user::flush_held();
     }
+    // A DDP listener's socket requests go to its TCP listener (`FIONBIO` stays with the
+    // stand-in, on which `accept` blocks).
+    let target = match route::entry_of(h)? {
+        Some(r) if request != libc::FIONBIO as c_ulong && r.conn().is_none() => {
+            crate::ddp::listen::socket_fd(&r, fd)
+        }
+        _ => fd,
+    };
     // SAFETY: forwarded unchanged.
-    let r = cvt(unsafe { real::ioctl(fd, request, arg) });
+    let r = cvt(unsafe { real::ioctl(target, request, arg) });
     if request == libc::FIONBIO as c_ulong {
         // (a DDP socket's blocking calls keep O_NONBLOCK)
         crate::ddp::settings_changed_h(h);

@@ -62,6 +62,17 @@ macro_rules! hooks {
                 // SAFETY: the caller's arguments, as for the libc function.
                 return unsafe { $ddp };
             }
+            let _forwarding = match route::entry_of(h)? {
+                Some(r) => match crate::ddp::wait_setup(&r, h, $fd)? {
+                    crate::ddp::Setup::Again => {
+                        // (its DDP socket was installed meanwhile)
+                        // SAFETY: the caller's arguments, dispatched again.
+                        return cvt(unsafe { $name($($arg),*) });
+                    }
+                    crate::ddp::Setup::Forward(g) => g,
+                },
+                None => None,
+            };
             // SAFETY: forwarded unchanged.
             cvt(unsafe { real::$name($($arg),*) })
         }

@@ -126,7 +126,13 @@ unsafe fn routed_bind(
     addr: *const sockaddr,
     len: socklen_t,
 ) -> Result<c_int, Errno> {
-    let fd = route::ddp_socket(h)?.map_or(fd, |r| r.conn().map_or(fd, |c| c.sock.tcp_fd()));
+    let fd = match route::entry_of(h)? {
+        Some(r) => match r.conn() {
+            Some(c) => c.sock.tcp_fd(),
+            None => crate::ddp::listen::socket_fd(&r, fd),
+        },
+        None => fd,
+    };
     // SAFETY: forwarded unchanged (a connected DDP socket: to its TCP socket, which refuses).
     cvt(unsafe { real::bind(fd, addr, len) })
 }
@@ -146,6 +152,14 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     if rc == 0 && crate::rules::active().is_some() {
         crate::rules::on_listen(fd);
     }
+    if rc == 0
+        && fdtable::lookup(fd).is_some()
+        && let Some(r) = crate::ddp::entry::Ref::of_fd(fd)
+    {
+        // (a DDP listener: the acceptor answers its MPA Requests from now on)
+        let _errno = ErrnoGuard::new();
+        crate::ddp::listen::serve(&r, fd, backlog);
+    }
     rc
 }
 
@@ -154,6 +168,14 @@ fn routed_listen(h: Handle, fd: c_int, backlog: c_int) -> Result<c_int, Errno> {
     if let Some(c) = r.as_ref().and_then(|r| r.conn()) {
         // SAFETY: no pointer arguments; the TCP socket of a connected DDP socket refuses.
         return cvt(unsafe { real::listen(c.sock.tcp_fd(), backlog) });
+    }
+    if let Some(tcp) = r
+        .as_ref()
+        .and_then(|r| r.pending().and_then(|p| p.standin.as_ref().map(|s| s.tcp)))
+    {
+        // (listening already, behind its stand-in: the hook's `serve` sets both backlogs)
+        // SAFETY: no pointer arguments.
+        return cvt(unsafe { real::listen(tcp, backlog) });
     }
     // SAFETY: no pointer arguments.
     let rc = cvt(unsafe { real::listen(fd, backlog) })?;
@@ -236,7 +258,7 @@ fn accepted(listener: c_int, nfd: c_int) {
 
 /// The peer address of an accepted socket, for the log (asked with the real getpeername into
 /// our own buffer, so the caller's possibly truncated address is never over-read).
-fn peer(nfd: c_int) -> Addr {
+pub(crate) fn peer(nfd: c_int) -> Addr {
     if nfd < 0 {
         return Addr::None;
     }
@@ -262,6 +284,17 @@ unsafe fn routed_accept(
     flags: Option<c_int>,
 ) -> Result<c_int, Errno> {
     let r = route::entry_of(h)?;
+    if let Some(r) = r.as_ref()
+        && let Some(l) = r
+            .pending()
+            .filter(|p| p.standin.is_some())
+            .map(|p| p.clone())
+        && let Some(s) = l.standin.as_ref()
+    {
+        let f = flags.unwrap_or(0);
+        // SAFETY: the caller's arguments.
+        return unsafe { crate::ddp::listen::accept(r, &l, s, fd, addr, len, f) };
+    }
     let lfd = match r.as_ref().and_then(|r| r.conn()) {
         Some(c) => c.sock.tcp_fd(), // not a listener: the TCP socket says so
         None => fd,
@@ -399,6 +432,7 @@ fn routed_shutdown(h: Handle, fd: c_int, how: c_int) -> Result<c_int, Errno> {
         c.sock.shutdown(how).map_err(|e| Errno(e.0))?;
         return Ok(0);
     }
+    let fd = route::entry_of(h)?.map_or(fd, |r| crate::ddp::listen::socket_fd(&r, fd));
     // SAFETY: no pointer arguments.
     cvt(unsafe { real::shutdown(fd, how) })
 }

@@ -72,11 +72,16 @@ unsafe fn ddp_getsockopt(fd: c_int, name: c_int, val: *mut c_void, len: *mut soc
     ret(unsafe { opts::get(fd, name, val, len) })
 }
 
-/// The fd socket-level calls go to: the TCP socket of a connected DDP socket, else `fd`.
+/// The fd socket-level calls go to: the TCP socket of a connected DDP socket, the TCP
+/// listener of a DDP listener, else `fd`.
 fn target(h: Handle, fd: c_int) -> Result<c_int, Errno> {
-    Ok(route::ddp_socket(h)?
-        .and_then(|r| r.conn().map(|c| c.sock.tcp_fd()))
-        .unwrap_or(fd))
+    Ok(match route::entry_of(h)? {
+        Some(r) => match r.conn() {
+            Some(c) => c.sock.tcp_fd(),
+            None => crate::ddp::listen::socket_fd(&r, fd),
+        },
+        None => fd,
+    })
 }
 
 /// `setsockopt(2)`.
@@ -110,9 +115,20 @@ unsafe fn routed_setsockopt(
     val: *const c_void,
     len: socklen_t,
 ) -> Result<c_int, Errno> {
+    let app_fd = fd;
     let fd = target(h, fd)?;
     // SAFETY: forwarded unchanged.
     let r = cvt(unsafe { real::setsockopt(fd, level, name, val, len) });
+    if r.is_ok()
+        && fd != app_fd
+        && level == libc::SOL_SOCKET
+        && matches!(name, libc::SO_RCVTIMEO | libc::SO_SNDTIMEO)
+        && route::ddp_socket(h)?.is_none()
+    {
+        // (a DDP listener's `accept` waits on its stand-in: the timeouts go there too)
+        // SAFETY: as above, the same arguments.
+        let _ = unsafe { real::setsockopt(app_fd, level, name, val, len) };
+    }
     if r.is_ok() && level == libc::IPPROTO_TCP && name == libc::TCP_NODELAY {
         // (the engine follows the application's choice of Nagle's algorithm write by write)
         if let Some(r) = route::ddp_socket(h)?
@@ -205,7 +221,8 @@ unsafe fn routed_getsockopt(
         // SAFETY: forwarded to the TCP socket.
         return cvt(unsafe { real::getsockopt(c.sock.tcp_fd(), level, name, val, len) });
     }
-    // SAFETY: forwarded unchanged.
+    let fd = target(h, fd)?;
+    // SAFETY: forwarded unchanged (a DDP listener: to its TCP listener).
     cvt(unsafe { real::getsockopt(fd, level, name, val, len) })
 }
 

@@ -11,6 +11,7 @@
 
 pub(crate) mod conn;
 pub mod group;
+pub mod listener;
 pub(crate) mod mem;
 pub(crate) mod settings;
 pub mod socket;

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use ddp_proto::conn::{PostError, Role, SMALL_SEND_MAX, SendFlags, State};
 use ddp_proto::ddp::{STag, Sge, SgeList};
-use ddp_proto::mpa::startup::RtrKind;
+use ddp_proto::mpa::startup::{Negotiated, RtrKind};
 
 use crate::driver::conn::{ConnState, Phase, SmallRound, TX_STREAM_LIMIT, ended_errno};
 use crate::driver::mem::{UserSink, plausible};
@@ -575,31 +575,74 @@ impl DdpSocket {
     /// [`DdpSocket::take_error`] telling why) if it fails, writes are queued until it
     /// completes, extension calls say `ENOTCONN` until then.
     pub fn connect(tcp_fd: RawFd, opts: &Options, nonblocking: bool) -> Result<DdpSocket, Errno> {
-        Self::start(tcp_fd, opts, nonblocking, Role::Initiator)
+        Self::start(tcp_fd, opts, nonblocking, Role::Initiator, &mut |_| Ok(()))
     }
 
     /// Like [`DdpSocket::connect`], as MPA responder on an accepted TCP socket.
     pub fn accept(tcp_fd: RawFd, opts: &Options, nonblocking: bool) -> Result<DdpSocket, Errno> {
-        Self::start(tcp_fd, opts, nonblocking, Role::Responder)
+        Self::start(tcp_fd, opts, nonblocking, Role::Responder, &mut |_| Ok(()))
     }
 
-    fn start(
+    /// [`DdpSocket::connect`] (`initiator`) or [`DdpSocket::accept`], with `made` called on
+    /// the new socket before its MPA exchange runs: the preload installs the app fd there,
+    /// so that no other thread of the application can read the exchange's bytes from the TCP
+    /// socket while a blocking exchange runs. An error from `made` ends the socket and is
+    /// returned; so is a failed blocking exchange (then `made`'s work is the caller's to undo).
+    pub fn start_with(
+        tcp_fd: RawFd,
+        opts: &Options,
+        nonblocking: bool,
+        initiator: bool,
+        made: &mut dyn FnMut(&DdpSocket) -> Result<(), Errno>,
+    ) -> Result<DdpSocket, Errno> {
+        let role = if initiator {
+            Role::Initiator
+        } else {
+            Role::Responder
+        };
+        Self::start(tcp_fd, opts, nonblocking, role, made)
+    }
+
+    /// A DDP socket on a TCP connection whose MPA exchange another thread already ran as
+    /// responder (the listener's background acceptor, [`crate::driver::listener`]): `neg`
+    /// is what it negotiated, `leftover` the bytes it read past the peer's Request. The
+    /// socket starts in full operation; `tcp_fd` is the caller's, as for [`DdpSocket::accept`].
+    pub fn adopt(
+        tcp_fd: RawFd,
+        opts: &Options,
+        neg: Negotiated,
+        leftover: Vec<u8>,
+        nonblocking: bool,
+    ) -> Result<DdpSocket, Errno> {
+        let sh = Self::make(tcp_fd, opts, nonblocking, Role::Responder, None)?;
+        let sock = DdpSocket {
+            h: Arc::new(Handle { sh: sh.clone() }),
+        };
+        let mut st = sh.lock();
+        st.inline = 0;
+        st.open(&sh, neg, leftover);
+        // (bytes that came with the Request are processed now: no readiness announces them)
+        sh.progress(&mut st, None, false);
+        drop(st);
+        Ok(sock)
+    }
+
+    /// The socket's shared state, registered with the engine: in its MPA exchange
+    /// (`startup`), or not yet open (`None`: the caller opens it).
+    fn make(
         tcp_fd: RawFd,
         opts: &Options,
         nonblocking: bool,
         role: Role,
-    ) -> Result<DdpSocket, Errno> {
-        let cfg = opts
-            .mpa_config(role == Role::Initiator)
-            .ok_or(Errno::EINVAL)?;
+        startup: Option<Startup>,
+    ) -> Result<Arc<Shared>, Errno> {
         let engine = engine()?;
         let fds = Fds::open(tcp_fd, nonblocking, !opts.tcp_nagle)?;
-        let now = engine.now();
-        let startup = match role {
-            Role::Initiator => Startup::initiator(cfg, true, now),
-            Role::Responder => Startup::responder(cfg, now),
+        let phase = match startup {
+            Some(s) => Phase::Startup(Box::new(s)),
+            None => Phase::Failed,
         };
-        let mut st = ConnState::new(Phase::Startup(Box::new(startup)), role);
+        let mut st = ConnState::new(phase, role);
         st.nodelay = !opts.tcp_nagle;
         if opts.tcp_nagle {
             st.follow_app_nagle(fds.tcp);
@@ -637,9 +680,35 @@ impl DdpSocket {
             sh.finalize(&mut sh.lock());
             return Err(e);
         }
+        Ok(sh)
+    }
+
+    fn start(
+        tcp_fd: RawFd,
+        opts: &Options,
+        nonblocking: bool,
+        role: Role,
+        made: &mut dyn FnMut(&DdpSocket) -> Result<(), Errno>,
+    ) -> Result<DdpSocket, Errno> {
+        let cfg = opts
+            .mpa_config(role == Role::Initiator)
+            .ok_or(Errno::EINVAL)?;
+        let now = engine()?.now();
+        let startup = match role {
+            Role::Initiator => Startup::initiator(cfg, true, now),
+            Role::Responder => Startup::responder(cfg, now),
+        };
+        let sh = Self::make(tcp_fd, opts, nonblocking, role, Some(startup))?;
+        let engine = sh.engine;
         let sock = DdpSocket {
             h: Arc::new(Handle { sh: sh.clone() }),
         };
+        if let Err(e) = made(&sock) {
+            let mut st = sh.lock();
+            st.fail_startup(e);
+            sh.finalize(&mut st);
+            return Err(e);
+        }
         if nonblocking {
             let mut st = sh.lock();
             sh.progress(&mut st, None, false);

@@ -61,6 +61,15 @@ pub struct Pending {
     /// A dual-mode listener: accepted connections that do not send an MPA Request stay plain
     /// TCP ([`crate::dual`]).
     pub dual: bool,
+    /// A DDP listener served in the background: its TCP listener and acceptor
+    /// ([`super::listen`]).
+    pub standin: Option<super::listen::Standin>,
+    /// A thread is setting up its DDP connection (`connect`, or the switch in place): data
+    /// calls wait for it ([`super::wait_setup`]).
+    pub setting_up: bool,
+    /// Data calls forwarded to the unconnected TCP socket and not returned yet (a `connect`
+    /// starts only once they did: none of them may find the connection's first bytes).
+    pub forwarded: u32,
 }
 
 impl Pending {
@@ -72,6 +81,9 @@ impl Pending {
             listening: false,
             role,
             dual: false,
+            standin: None,
+            setting_up: false,
+            forwarded: 0,
         }
     }
 }
@@ -369,12 +381,18 @@ pub fn release(h: Handle) {
     // entry is live and of this generation.
     let e: &'static Entry = unsafe { &*((v & ADDR_MASK) as *const Entry) };
     let r = Ref { e }; // adopts the slot's reference
-    if e.fds.fetch_sub(1, Ordering::AcqRel) == 1
-        && let Some(c) = r.conn()
-    {
-        crate::log::debug!("ddp: last fd of {:?} closed", c.sock);
-        c.sock.close();
-        forget_cached(v);
+    if e.fds.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if let Some(c) = r.conn() {
+            crate::log::debug!("ddp: last fd of {:?} closed", c.sock);
+            c.sock.close();
+            forget_cached(v);
+        } else if let Some(s) = r.pending().and_then(|p| p.standin.clone()) {
+            crate::log::debug!(
+                "ddp: last fd of a listener closed (TCP listener fd {})",
+                s.tcp
+            );
+            super::listen::closed(&s);
+        }
     }
 }
 

@@ -5,7 +5,8 @@
 //!   with `EINVAL` (as TCP without urgent data), `MSG_TRUNC`/`MSG_ERRQUEUE` with `EOPNOTSUPP`;
 //!   others are ignored.
 //!   `recvfrom`/`recvmsg` report no address (length 0) and no control data, as TCP does.
-//! - Send flags: `MSG_DONTWAIT`, `MSG_NOSIGNAL`; `MSG_OOB` fails with `EOPNOTSUPP`; others
+//! - Send flags: `MSG_DONTWAIT`, `MSG_NOSIGNAL`; `MSG_OOB` fails with `EOPNOTSUPP` (iWARP
+//!   has no urgent data; a warning says so once per process); others
 //!   (`MSG_MORE`, `MSG_EOR`, ...) are accepted and ignored. `EPIPE` raises `SIGPIPE` unless
 //!   `MSG_NOSIGNAL`, like the kernel. A destination address on a connected stream is
 //!   ignored, as TCP does.
@@ -99,9 +100,23 @@ fn recv_flags(flags: c_int) -> Result<c_int, Errno> {
 
 fn send_flags(flags: c_int) -> Result<c_int, Errno> {
     if flags & libc::MSG_OOB != 0 {
+        oob_refused();
         return Err(Errno(libc::EOPNOTSUPP));
     }
     Ok(flags & (libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL))
+}
+
+/// Says once per process why `send(MSG_OOB)` fails (docs/rules.md, "Urgent data").
+#[cold]
+fn oob_refused() {
+    static SAID: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, core::sync::atomic::Ordering::Relaxed) {
+        crate::log::warn(format_args!(
+            "send(MSG_OOB) on a DDP socket: iWARP carries no urgent data, EOPNOTSUPP; a rule \
+             `use tcp tcp_client|tcp_server ADDR:PORT program NAME` keeps this program's sockets \
+             plain TCP"
+        ));
+    }
 }
 
 /// Receives into `bufs`.

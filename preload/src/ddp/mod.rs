@@ -11,7 +11,9 @@
 //!
 //! ## Choices (where the header leaves room)
 //!
-//! - **Connect.** Blocking socket: TCP connect, then the MPA exchange inline (bounded by
+//! - **Connect.** The app fd is the engine's socketpair before the exchange starts; other
+//!   threads' data calls on the socket meanwhile wait for it ([`wait_setup`]).
+//!   Blocking socket: TCP connect, then the MPA exchange inline (bounded by
 //!   `DDP_MPA_TIMEOUT_MS`); its errors are connect's: `ECONNREFUSED` (MPA Reply with the
 //!   Reject flag), `ETIMEDOUT` (no or incomplete MPA Reply in time), `ECONNRESET` (the peer
 //!   closed or reset the TCP connection during the exchange — what a peer that does not
@@ -24,11 +26,12 @@
 //!   `EALREADY` while TCP connects, `EISCONN` once TCP is connected (the fd is writable from
 //!   then on, so that is what programs that poll for writable and connect again expect), and
 //!   the exchange's error if it failed.
-//! - **Accept.** Blocking listener: the MPA exchange runs inline; an exchange that fails
-//!   closes that connection and accept reports `ECONNABORTED` (programs retry it, as for
-//!   any connection reset before accept). Non-blocking listener: the socket is returned at
-//!   once, the exchange runs on the progress thread. `SOCK_NONBLOCK`/`SOCK_CLOEXEC` of
-//!   accept4 apply to the returned fd as usual.
+//! - **Accept.** The listener's acceptor answers MPA in the background and `accept` returns
+//!   connections in full operation ([`listen`]); an exchange that fails never reaches
+//!   `accept`. `SOCK_NONBLOCK`/`SOCK_CLOEXEC` of accept4 apply to the returned fd as usual.
+//!   Where the acceptor could not be started, the exchange runs in `accept`: inline for a
+//!   blocking listener (a failure reports `ECONNABORTED`, which programs retry), on the
+//!   progress thread for a non-blocking one.
 //! - **Switch in place** (`DDP_MODE` = 1 on a connected plain socket): the side that called
 //!   `connect` initiates. When we did not see how the connection was made (the socket was
 //!   never marked before), a socket whose local port has a TCP listener (in
@@ -53,7 +56,10 @@
 pub mod api;
 pub mod entry;
 pub mod io;
+pub mod listen;
 pub mod opts;
+
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use libc::{c_int, sockaddr, socklen_t};
 
@@ -138,8 +144,122 @@ fn install(fd: c_int, sock: DdpSocket, opts: Options) -> Result<(), Errno> {
     Ok(())
 }
 
+/// Counts the DDP sockets installed (and set-ups abandoned): a futex word for calls that wait
+/// for another thread's set-up of their socket ([`wait_setup`]).
+static SETUPS: AtomicU32 = AtomicU32::new(0);
+
+fn setups_changed() {
+    SETUPS.fetch_add(1, Ordering::Release);
+    // SAFETY: a futex wake on our own static word.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            SETUPS.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
+}
+
+/// What a data call on a socket in DDP mode that is not a connected DDP socket does
+/// ([`wait_setup`]).
+pub enum Setup {
+    /// Dispatch the call again: its DDP socket was installed meanwhile.
+    Again,
+    /// Forward it to libc; the guard (if any) counts it until it returns.
+    Forward(Option<Forwarding>),
+}
+
+/// A call forwarded to the unconnected TCP socket of a socket in DDP mode (see
+/// [`super::ddp::entry::Pending::forwarded`]).
+pub struct Forwarding(Ref);
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.0.pending() {
+            p.forwarded = p.forwarded.saturating_sub(1);
+        }
+    }
+}
+
+/// A data call on `fd` (slot `h`, entry `r`) that is not a connected DDP socket: if it is a
+/// socket in DDP mode whose connection another thread is setting up (`connect`, or the switch
+/// of a connected socket), the call must not reach the TCP socket, whose first bytes are the
+/// MPA exchange's. It waits until the DDP socket is installed (then [`Setup::Again`]) as a
+/// call on a connecting TCP socket waits; a non-blocking one says `EAGAIN`. Otherwise (an
+/// unconnected socket, a listener) it is forwarded, and a `connect` waits for it to return
+/// before it starts ([`begin_setup`]).
+pub fn wait_setup(r: &Ref, h: crate::fdtable::Handle, fd: c_int) -> Result<Setup, Errno> {
+    loop {
+        let seen = SETUPS.load(Ordering::Acquire);
+        if crate::fdtable::lookup(fd) != Some(h) {
+            return Ok(Setup::Again);
+        }
+        {
+            let Some(mut p) = r.pending() else {
+                return Ok(Setup::Again);
+            };
+            if !p.mode || p.listening {
+                return Ok(Setup::Forward(None));
+            }
+            if !p.setting_up {
+                p.forwarded += 1;
+                drop(p);
+                return Ok(Setup::Forward(Some(Forwarding(r.clone()))));
+            }
+        }
+        if is_nonblocking(fd)? {
+            return Err(Errno(libc::EAGAIN));
+        }
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        // SAFETY: a futex wait on our own static word, with our own timeout (bounded: the
+        // state is asked again).
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                SETUPS.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                seen,
+                &ts as *const libc::timespec,
+            )
+        };
+    }
+}
+
+/// Before a `connect` (or switch in place) of a socket in DDP mode: data calls wait from now
+/// on, and the ones already forwarded to the TCP socket return first (they are calls on an
+/// unconnected socket, which return at once; bounded anyway).
+fn begin_setup(r: &Ref) {
+    let deadline = std::time::Instant::now() + core::time::Duration::from_millis(100);
+    loop {
+        {
+            let Some(mut p) = r.pending() else { return };
+            p.setting_up = true;
+            if p.forwarded == 0 {
+                return;
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// The set-up did not happen (the TCP connect failed, the exchange failed): data calls are
+/// forwarded again.
+fn end_setup(r: &Ref) {
+    if let Some(mut p) = r.pending() {
+        p.setting_up = false;
+    }
+    setups_changed();
+}
+
 /// Logs what a finished MPA exchange negotiated.
-fn log_negotiated(what: &str, fd: c_int, sock: &DdpSocket) {
+pub(crate) fn log_negotiated(what: &str, fd: c_int, sock: &DdpSocket) {
     if !crate::log::enabled() {
         return;
     }
@@ -193,27 +313,69 @@ fn start(fd: c_int, opts: &Options, role: Role, nonblocking: bool) -> Result<(),
         tcp_nagle: true,
         ..opts.clone()
     };
-    let r = match role {
-        Role::Initiator => DdpSocket::connect(fd, &eng_opts, nonblocking),
-        Role::Responder => DdpSocket::accept(fd, &eng_opts, nonblocking),
-    };
     let what = match role {
         Role::Initiator => "connect",
         Role::Responder => "accept",
     };
-    match r {
-        Ok(sock) => {
+    // The app fd becomes the socketpair before the exchange runs: another thread reading the
+    // fd meanwhile waits for the stream's first bytes instead of reading the MPA frames from
+    // the TCP socket. A blocking exchange that fails gives the number its TCP socket back.
+    let old = Ref::of_fd(fd);
+    let saved = if nonblocking {
+        -1
+    } else {
+        // SAFETY: integers; raw fcntl.
+        unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, 3) as c_int }
+    };
+    let fd_cloexec = if is_cloexec(fd) { libc::O_CLOEXEC } else { 0 };
+    let mut installed = false;
+    let r = DdpSocket::start_with(
+        fd,
+        &eng_opts,
+        nonblocking,
+        role == Role::Initiator,
+        &mut |sock| {
             // Every fcntl/ioctl/setsockopt on its fds passes here: changes are reported
             // (`settings_changed`), so its blocking calls may keep what they asked.
             sock.track_settings();
-            let s = sock.clone();
-            install(fd, sock, opts.clone())?;
-            log_negotiated(what, fd, &s);
-            crate::stats::register(fd, &s);
+            install(fd, sock.clone(), opts.clone()).map_err(|e| ddp_user::Errno(e.0))?;
+            installed = true;
+            setups_changed();
+            Ok(())
+        },
+    );
+    match r {
+        Ok(sock) => {
+            if saved >= 0 {
+                // SAFETY: our own duplicate.
+                unsafe { real::close(saved) };
+            }
+            log_negotiated(what, fd, &sock);
+            crate::stats::register(fd, &sock);
             Ok(())
         }
         Err(e) => {
             let e = Errno(e.0);
+            if installed {
+                if let Some(h) = crate::fdtable::clear(fd) {
+                    entry::release(h);
+                }
+                if saved >= 0 {
+                    // SAFETY: integers; our duplicate of the TCP socket goes back under `fd`.
+                    unsafe { real::dup3(saved, fd, fd_cloexec) };
+                }
+                // (the fd keeps its pending DDP state, as before the exchange)
+                if let Some(old) = &old {
+                    old.attach(fd);
+                }
+            }
+            if let Some(old) = &old {
+                end_setup(old);
+            }
+            if saved >= 0 {
+                // SAFETY: our own duplicate.
+                unsafe { real::close(saved) };
+            }
             debug!(
                 "ddp {what}({fd}): MPA exchange failed: errno {} ({})",
                 e.0,
@@ -242,9 +404,15 @@ pub unsafe fn connect(
         debug!("ddp connect({fd}): options cannot be negotiated: EINVAL");
         return Err(Errno(libc::EINVAL));
     }
+    if mode {
+        begin_setup(r);
+    }
     // SAFETY: the caller's arguments, passed on.
     let rc = cvt(unsafe { real::connect(fd, addr, len) });
     let in_progress = matches!(rc, Err(Errno(libc::EINPROGRESS)));
+    if mode && !matches!(rc, Ok(_) | Err(Errno(libc::EINPROGRESS | libc::EISCONN))) {
+        end_setup(r);
+    }
     if (rc.is_ok() || in_progress)
         && let Some(mut p) = r.pending()
     {
@@ -362,7 +530,9 @@ pub fn set_mode(r: &Ref, fd: c_int) -> Result<(), Errno> {
         return Err(Errno(libc::EINVAL));
     }
     debug!("ddp setsockopt({fd}, DDP_MODE, 1): switching a connected socket in place ({role:?})");
-    start(fd, &opts, role, is_nonblocking(fd)?)
+    let nonblocking = is_nonblocking(fd)?;
+    begin_setup(r);
+    start(fd, &opts, role, nonblocking)
 }
 
 fn is_connected(fd: c_int) -> bool {
