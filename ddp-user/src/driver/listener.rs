@@ -39,6 +39,7 @@ use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use ddp_proto::mpa::startup::{MpaConfig, Negotiated, RtrKind};
@@ -200,21 +201,67 @@ pub fn listen(spec: ListenSpec) -> Result<Served, Errno> {
     })
 }
 
-/// Stops serving a listener the application closed (in the process that serves it; a forked
-/// child only closes its copy of the duplicate). Connections not yet handed off are closed.
+/// Stops serving a listener the application closed (in the process that serves it).
+/// Connections not yet handed off are closed. Returns once the acceptor has closed its
+/// duplicate of the TCP listener (bounded: 2 s), so that the port is free when the
+/// application's `close` returns, as for a TCP listener (a program may listen on it again at
+/// once).
 pub fn unlisten(s: Served) {
     if s.pid != sys::getpid() {
         return;
     }
-    if let Some(a) = ACCEPTOR.get().filter(|a| a.pid == s.pid) {
-        a.cmds.lock().queue.push(Cmd::Remove(s.id));
-        let _ = sys::eventfd_signal(a.wake);
+    let Some(a) = this_acceptor(s.pid) else {
+        return;
+    };
+    let seq = {
+        let mut c = a.cmds.lock();
+        c.queue.push(Cmd::Remove(s.id));
+        c.sent = c.sent.wrapping_add(1);
+        c.sent
+    };
+    let _ = sys::eventfd_signal(a.wake);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let done = a.done.load(Ordering::Acquire);
+        // (wrapping counters: done has reached seq)
+        if done.wrapping_sub(seq) < u32::MAX / 2 {
+            return;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let ts = libc::timespec {
+            tv_sec: left.as_secs() as libc::time_t,
+            tv_nsec: left.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: a futex wait on the acceptor's own counter, with our own timeout.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                a.done.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                done,
+                &ts as *const libc::timespec,
+            )
+        };
     }
+}
+
+/// The acceptor of process `pid` if it is this one's.
+fn this_acceptor(pid: i32) -> Option<&'static Acceptor> {
+    if let Some(a) = ACCEPTOR.get()
+        && a.pid == pid
+    {
+        return Some(a);
+    }
+    let c = CHILD_ACCEPTOR.lock();
+    (*c).filter(|a| a.pid == pid)
 }
 
 /// An `accept` took a connection from a stand-in: listeners that found theirs full try again.
 pub fn kick() {
-    if let Some(a) = ACCEPTOR.get().filter(|a| a.pid == sys::getpid()) {
+    if let Some(a) = this_acceptor(sys::getpid()) {
         let full = a.cmds.lock().full;
         if full {
             let _ = sys::eventfd_signal(a.wake);
@@ -509,12 +556,16 @@ struct Cmds {
     next_id: u64,
     /// Some listener found its stand-in full (an `accept` then wakes the thread).
     full: bool,
+    /// Removals queued (see [`Acceptor::done`]).
+    sent: u32,
 }
 
 struct Acceptor {
     pid: i32,
     wake: RawFd,
     cmds: Mutex<Cmds>,
+    /// Removals carried out (a futex word: [`unlisten`] waits for its own).
+    done: AtomicU32,
 }
 
 static ACCEPTOR: OnceLock<&'static Acceptor> = OnceLock::new();
@@ -557,6 +608,7 @@ fn start(pid: i32) -> Result<&'static Acceptor, Errno> {
         pid,
         wake,
         cmds: Mutex::new(Cmds::default()),
+        done: AtomicU32::new(0),
     }));
     sys::spawn_quiet("exsock-accept", move || Thread::new(a, ep).run())
         .map_err(|_| Errno(libc::EAGAIN))?;
@@ -665,7 +717,19 @@ impl Thread {
                     self.listeners.insert(id, l);
                     self.accept_all(id);
                 }
-                Cmd::Remove(id) => self.remove(id),
+                Cmd::Remove(id) => {
+                    self.remove(id);
+                    self.a.done.fetch_add(1, Ordering::Release);
+                    // SAFETY: a futex wake on our own counter.
+                    unsafe {
+                        libc::syscall(
+                            libc::SYS_futex,
+                            self.a.done.as_ptr(),
+                            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                            i32::MAX,
+                        )
+                    };
+                }
             }
         }
         // (an `accept` took a connection: full stand-ins may have room now)
