@@ -63,6 +63,7 @@ pub mod sigdefer;
 pub mod sync;
 pub mod sys;
 
+pub use driver::close::flush_at_exit;
 pub use driver::group::{EpollGroup, GroupVisit};
 pub use driver::socket::{
     Counters, DdpSocket, MAX_SGE, MORE, PollEnter, PollWait, QUEUE_ANNOUNCED, QUEUE_ARMED_IN,
@@ -70,8 +71,8 @@ pub use driver::socket::{
     SIGNALED, SOLICITED, WeakDdpSocket, release_lazy_besides,
 };
 pub use driver::{
-    after_fork_in_child, after_fork_in_parent, engine_pid, engine_started, flush_at_exit,
-    flush_held, lazy_held, release_lazy,
+    after_fork_in_child, after_fork_in_parent, engine_pid, engine_started, flush_held, lazy_held,
+    release_lazy,
 };
 pub use engine::cq::{ConnInfo, Wc};
 pub use engine::options::Options;
