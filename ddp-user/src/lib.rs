@@ -63,7 +63,7 @@ pub mod sigdefer;
 pub mod sync;
 pub mod sys;
 
-pub use driver::close::flush_at_exit;
+pub use driver::close::{Unflushed, flush_at_exit, flush_before_exec};
 pub use driver::group::{EpollGroup, GroupVisit};
 pub use driver::socket::{
     Counters, DdpSocket, MAX_SGE, MORE, PollEnter, PollWait, QUEUE_ANNOUNCED, QUEUE_ARMED_IN,

@@ -26,7 +26,6 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize
 use std::sync::{Arc, Condvar, Once};
 
 use crate::sync::{Guard, Mutex};
-use std::time::Instant;
 
 use crate::driver::conn::{ConnState, Phase, SmallRound};
 use crate::driver::mem::{SessionMem, UserSink};
@@ -99,9 +98,13 @@ pub(crate) struct Engine {
     rx_buf_hot: AtomicPtr<u8>,
     /// Sockets in `conns` (sizes each socket's share of the receive backlog budget).
     sockets: AtomicUsize,
-    /// Bumped (and `flushed_cv` notified) when a closed socket has sent everything.
+    /// Bumped (and `flushed_cv` notified) when a closed socket has sent everything (or, while
+    /// `draining`, any socket has nothing left to write).
     flushed: std::sync::Mutex<u64>,
     flushed_cv: Condvar,
+    /// Threads waiting in [`close::flush_before_exec`] until every socket has written what
+    /// it had.
+    draining: AtomicU32,
     next_id: AtomicU64,
     next_pd: AtomicU32,
     thread: Once,
@@ -327,6 +330,7 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
         sockets: AtomicUsize::new(0),
         flushed: std::sync::Mutex::new(0),
         flushed_cv: Condvar::new(),
+        draining: AtomicU32::new(0),
         next_id: AtomicU64::new(1),
         next_pd: AtomicU32::new(OWN_PD_BASE),
         thread: Once::new(),
@@ -429,7 +433,7 @@ impl Engine {
         Duration::from_nanos(sys::monotonic_ns().saturating_sub(self.origin_ns))
     }
 
-    /// A closed socket has sent everything (see [`flush_at_exit`]).
+    /// A closed socket has sent everything (see [`close::flush_at_exit`]).
     fn note_flushed(&self) {
         *lock_std(&self.flushed) += 1;
         self.flushed_cv.notify_all();
@@ -643,13 +647,10 @@ impl Engine {
                     sh.progress(&mut st, None, true);
                 }
             }
-            if let Some(d) = st.close_deadline {
-                let d = d.saturating_duration_since(Instant::now());
-                if d.is_zero() {
-                    sh.force_close(&mut st);
-                } else {
-                    due = Some(due.map_or(now + d, |x: Duration| x.min(now + d)));
-                }
+            if st.close_deadline.is_some()
+                && let Some(d) = sh.close_linger_left(&mut st)
+            {
+                due = Some(due.map_or(now + d, |x: Duration| x.min(now + d)));
             }
             if let Some(mut d) = st.lazy_until {
                 if st.lazy_renewed && now >= d && !st.finalized {
@@ -974,6 +975,7 @@ impl Shared {
             if read_input || st.has_pending_input() {
                 st.pump_input(self, &mut mem);
             }
+            st.close_when_drained(self);
             let _ = st.flush_tx(self, &mut mem);
         }
         st.settle(self, &mut mem);
@@ -987,7 +989,9 @@ impl Shared {
         if rearm {
             self.rearm(st);
         }
-        if self.user_closed.load(Ordering::Relaxed) && st.flushed() {
+        if (self.user_closed.load(Ordering::Relaxed) && st.flushed())
+            || (self.engine.draining.load(Ordering::Relaxed) != 0 && self.drained(st))
+        {
             self.engine.note_flushed();
         }
     }
