@@ -129,6 +129,16 @@ __attribute__((weak)) int ddp_dereg_mr(int fd, uint32_t stag);
  * - Completions of one queue arrive in posting order. A request that fails always produces a
  *   completion, signaled or not. When the connection ends, every outstanding request completes
  *   (DDP_WC_FLUSH_ERR or the error) before ddp_poll/ddp_wait report EPIPE.
+ * - close() is TCP's: it returns at once, and what was posted before it still goes out in
+ *   the background (Sends, Writes, Read Responses owed; Reads still complete), as data
+ *   written to a TCP socket is still sent; on a socket closed during its MPA exchange, once
+ *   the exchange is done. Only when no byte can be written for 2 s does the library give up:
+ *   the rest completes with DDP_WC_FLUSH_ERR and the peer gets a reset. Until then the
+ *   buffers of those requests (and of posted receives) may still be used, after close()
+ *   returned: take the completions of everything posted before closing, or set SO_LINGER
+ *   {1, N}, and close() returns once everything posted has completed and the FIN is sent
+ *   (or after N s). SO_LINGER {1, 0} makes close() an abort: every request completes with
+ *   DDP_WC_FLUSH_ERR, the peer gets a reset, and no buffer is used after close() returns.
  * - All functions are thread-safe; one socket may be used from several threads.
  * - Until the first ddp_post_recv, incoming Sends feed the socket's byte stream (read/recv):
  *   a peer's first Send may arrive before the receiver posts, so a protocol that needs a

@@ -52,7 +52,9 @@
 //!   byte stream is a half-close (the application may still send); an EOF in the middle of an
 //!   FPDU or message, or on a socket with posted receives or reads outstanding, ends the
 //!   connection (outstanding work → `FLUSH_ERR`; mid-message: the stream is lost).
-//! - `close` does not block: the progress thread drains for at most 2 s.
+//! - `close` returns at once (with `SO_LINGER {1, N}` it waits at most N s, as TCP's): the
+//!   progress thread sends what is left, the MPA exchange finished first if it was under
+//!   way, and gives up only after 2 s without a byte written (then a reset, not a FIN).
 //! - Buffers named by work requests must stay valid until their completion (as with
 //!   verbs); the engine only rejects null and wrapping ranges.
 //! - After `SHUT_WR` the peer's RDMA Read Requests cannot be answered.
@@ -63,6 +65,7 @@ pub mod sigdefer;
 pub mod sync;
 pub mod sys;
 
+pub use driver::close::{Unflushed, flush_at_exit, flush_before_exec};
 pub use driver::group::{EpollGroup, GroupVisit};
 pub use driver::socket::{
     Counters, DdpSocket, MAX_SGE, MORE, PollEnter, PollWait, QUEUE_ANNOUNCED, QUEUE_ARMED_IN,
@@ -70,8 +73,8 @@ pub use driver::socket::{
     SIGNALED, SOLICITED, WeakDdpSocket, release_lazy_besides,
 };
 pub use driver::{
-    after_fork_in_child, after_fork_in_parent, engine_pid, engine_started, flush_at_exit,
-    flush_held, lazy_held, release_lazy,
+    after_fork_in_child, after_fork_in_parent, engine_pid, engine_started, flush_held, lazy_held,
+    release_lazy,
 };
 pub use engine::cq::{ConnInfo, Wc};
 pub use engine::options::Options;

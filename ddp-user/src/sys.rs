@@ -849,6 +849,39 @@ pub fn socket_timeout(fd: RawFd, name: c_int) -> Option<Duration> {
     (!d.is_zero()).then_some(d)
 }
 
+/// `SO_LINGER` of a socket: `None` when off, else the linger time (zero: a close resets the
+/// connection).
+pub fn linger(fd: RawFd) -> Option<Duration> {
+    let off = libc::linger {
+        l_onoff: 0,
+        l_linger: 0,
+    };
+    let l = getsockopt(fd, libc::SOL_SOCKET, libc::SO_LINGER, off).ok()?;
+    (l.l_onoff != 0).then(|| Duration::from_secs(l.l_linger.max(0) as u64))
+}
+
+/// `SO_LINGER` off (a close of the socket's last descriptor does not wait).
+pub fn linger_off(fd: RawFd) -> Result<()> {
+    let off = libc::linger {
+        l_onoff: 0,
+        l_linger: 0,
+    };
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_LINGER, off)
+}
+
+/// Aborts a TCP connection at once, the descriptor kept: `connect` with an `AF_UNSPEC`
+/// address (`tcp_disconnect`, RFC 793's ABORT) sends a reset and drops what was queued in
+/// either direction; threads waiting on the socket are woken.
+pub fn disconnect(fd: RawFd) -> Result<()> {
+    // SAFETY: all-zero is a valid `sockaddr`; its family is set to AF_UNSPEC below.
+    let mut sa: libc::sockaddr = unsafe { core::mem::zeroed() };
+    sa.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+    let len = core::mem::size_of::<libc::sockaddr>() as libc::socklen_t;
+    // SAFETY: `sa` is a readable `sockaddr` of `len` bytes.
+    cvt(unsafe { libc::syscall(libc::SYS_connect, fd, &sa as *const libc::sockaddr, len) })
+        .map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

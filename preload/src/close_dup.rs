@@ -32,10 +32,11 @@ fn routed_close(_h: Handle, fd: c_int) -> Result<c_int, Errno> {
         return cvt(unsafe { real::close(fd) });
     }
     // The slot is cleared first (the number may be reused as soon as the real close returns);
-    // the last fd of a DDP socket closes the connection (bounded: the engine lingers on its
-    // progress thread, this call does not wait) after the real close: by then the socket's
-    // file is released unless another process still has it (a forked child), which is how
-    // the engine tells the two apart (`ddp_user` keeps such a connection open for them).
+    // the last fd of a DDP socket closes the connection (the engine finishes on its progress
+    // thread; this call waits only with SO_LINGER {1, N}, as TCP's) after the real close: by
+    // then the socket's file is released unless another process still has it (a forked
+    // child), which is how the engine tells the two apart (`ddp_user` keeps such a connection
+    // open for them).
     let prev = fdtable::clear(fd);
     // (an epoll fd that watches DDP sockets is marked: its hints go with it)
     crate::poll::forget_epoll_fds(fd, fd);

@@ -16,7 +16,9 @@
 //! `__recvfrom_chk` ([`io`]); `poll`, `ppoll`, `select`, `pselect`, `epoll_create`,
 //! `epoll_create1`, `epoll_ctl`, `epoll_wait`, `epoll_pwait`, `epoll_pwait2`, `__poll_chk`,
 //! `__ppoll_chk` ([`poll`]); `setsockopt`, `getsockopt`, `getsockname`, `getpeername`
-//! ([`sockopt`]); `fork` ([`fork`]). `exsock.map` exports exactly these and `ddp_*`.
+//! ([`sockopt`]); `fork` ([`fork`]); `execve`, `execveat`, `fexecve`, `execv`, `execvp`,
+//! `execvpe`, `execl`, `execlp`, `execle` ([`exec`], the `execl` family via `shim.c`).
+//! `exsock.map` exports exactly these and `ddp_*`.
 //!
 //! How a call goes: each exported function asks the fd table ([`fdtable`]) whether its fd is
 //! routed — one relaxed atomic load while no fd is marked — and otherwise tail-calls the real
@@ -29,8 +31,10 @@
 //! check is a compare in `setsockopt`/`getsockopt`, before their fd-table test).
 //!
 //! Process lifecycle: the constructor registers a `pthread_atfork` child handler (the engine's
-//! fork policy, [`ddp`]); the destructor (`exit`) lets DDP sockets write what they had queued,
-//! at most 2 s ([`ddp_user::flush_at_exit`]). Once the process has a DDP socket, the
+//! fork policy, [`ddp`]); the destructor (`exit`) lets DDP sockets write what they had queued
+//! and send their FIN, at most 2 s ([`ddp_user::flush_at_exit`]), and so does an `exec`
+//! before the real call, closing nothing ([`exec`]); what either had to cut is reported on
+//! stderr. Once the process has a DDP socket, the
 //! application's signal handlers run outside the library's critical sections ([`signals`]:
 //! `sigaction`/`signal` interposed).
 //!
@@ -80,6 +84,7 @@ pub mod config;
 pub mod ddp;
 pub mod dual;
 pub mod errno;
+pub mod exec;
 pub mod fcntl;
 pub mod fdtable;
 pub mod fork;
@@ -102,16 +107,29 @@ use libc::{c_char, c_int};
 #[unsafe(link_section = ".init_array")]
 static CONSTRUCTOR: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = init;
 
-/// The ELF destructor: at `exit`, DDP sockets still write what they had queued (bounded by
-/// the engine's close linger, 2 s) — a TCP socket's data outlives its process, and so must
-/// theirs. Not run by `_exit` or a fatal signal.
+/// The ELF destructor: at `exit`, DDP sockets still write what they had queued and send their
+/// FIN, sockets still in their MPA exchange included (at most [`EXIT_FLUSH`] in all) — a TCP
+/// socket's data outlives its process, and so must theirs. Sockets that could not are reset
+/// and reported in one line on stderr. Not run by `_exit` or a fatal signal.
 #[used]
 #[unsafe(link_section = ".fini_array")]
 static DESTRUCTOR: extern "C" fn() = fini;
 
+/// The longest `exit` waits for DDP sockets to write what they have.
+pub const EXIT_FLUSH: core::time::Duration = core::time::Duration::from_secs(2);
+
 extern "C" fn fini() {
     let _errno = errno::ErrnoGuard::new();
-    ddp_user::flush_at_exit(core::time::Duration::from_secs(2));
+    let cut = ddp_user::flush_at_exit(EXIT_FLUSH);
+    if cut.sockets > 0 {
+        log::warn(format_args!(
+            "exit: {} DDP socket(s) still had {} bytes to send after {} s; their connections \
+             were reset",
+            cut.sockets,
+            cut.bytes,
+            EXIT_FLUSH.as_secs()
+        ));
+    }
     stats::at_exit();
 }
 

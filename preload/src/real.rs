@@ -15,7 +15,8 @@
 //!
 //! A fallback does what the libc wrapper does, with a raw system call (so `epoll_pwait2` on a
 //! kernel without it fails with `ENOSYS`, as glibc's would). The exceptions are `fork`, which
-//! cannot be done right without libc's atfork machinery and fails with `ENOSYS`, and the
+//! cannot be done right without libc's atfork machinery, and `execv`, `execvp` and `execvpe`
+//! (libc's `environ` and `PATH` search), which fail with `ENOSYS`, and the
 //! variadic `fcntl`/`fcntl64`/`ioctl`, whose slots are handled by hand below.
 //!
 //! Resolution saves and restores errno, so it is invisible to the caller. Nothing here
@@ -28,9 +29,9 @@ use core::ffi::CStr;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{
-    c_int, c_long, c_uint, c_ulong, c_void, epoll_event, fd_set, iovec, mmsghdr, msghdr, nfds_t,
-    off_t, off64_t, pid_t, pollfd, sigset_t, size_t, sockaddr, socklen_t, ssize_t, timespec,
-    timeval,
+    c_char, c_int, c_long, c_uint, c_ulong, c_void, epoll_event, fd_set, iovec, mmsghdr, msghdr,
+    nfds_t, off_t, off64_t, pid_t, pollfd, sigset_t, size_t, sockaddr, socklen_t, ssize_t,
+    timespec, timeval,
 };
 
 use crate::errno::{Errno, ErrnoGuard};
@@ -345,6 +346,28 @@ real_fns! {
         // Without libc's atfork handlers a child of a threaded program can deadlock in malloc:
         // refuse rather than fork badly. (libc always has fork; this is reached only on
         // re-entry from inside dlsym, which does not fork.)
+        fail(libc::ENOSYS)
+    }
+    fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+        sys!(c_int; libc::SYS_execve, path, argv, envp)
+    }
+    fn execveat(dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int) -> c_int {
+        sys!(c_int; libc::SYS_execveat, dirfd, path, argv, envp, flags)
+    }
+    fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+        sys!(c_int; libc::SYS_execveat, fd, c"".as_ptr(), argv, envp, libc::AT_EMPTY_PATH)
+    }
+    fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+        // (needs libc's `environ`; libc always has execv: this is reached only on re-entry
+        // from inside dlsym, which does not exec)
+        fail(libc::ENOSYS)
+    }
+    fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+        // (the PATH search is libc's; as for execv)
+        fail(libc::ENOSYS)
+    }
+    fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+        // (as for execvp)
         fail(libc::ENOSYS)
     }
     fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {

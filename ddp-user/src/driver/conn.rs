@@ -207,7 +207,16 @@ const BACKLOG_IOV: usize = 16;
 const KEEP_READ_MIN: usize = 16 << 10;
 /// Bytes read per session at most into a backlog held for a reader (`ConnState::hold`).
 const HOLD_READ_BUDGET: usize = 256 << 10;
-/// How long `close` lets queued work drain before the TCP connection is closed anyway.
+/// How long a closed socket may go without writing a byte to its TCP socket before the close
+/// gives up: what is still queued completes with `FLUSH_ERR` and the connection is reset
+/// (with bytes unsent, a FIN would pass a cut stream off as a whole one). A close that keeps
+/// writing keeps going, however long the whole takes (a 1 MiB write to a slow reader); one
+/// whose peer stops reading, or never answers an RDMA Read, ends after 2 to 4 s (the
+/// deadline is looked at every `CLOSE_LINGER`). Our choice: TCP keeps such an orphaned
+/// connection for minutes, but here each one holds up to [`TX_STREAM_LIMIT`] of queued
+/// data in the process, and a close waiting for the peer's Read Responses would hold a
+/// thread's `ddp_wait` as long (docs/engine.md, `close`). The MPA exchange of a socket
+/// closed during it is bounded by its own timeout instead.
 pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(2);
 /// Most iovecs per `sendmsg` (on the stack: 4 KiB; IOV_MAX is 1024). A `Transmit` holds
 /// about two iovecs per small FPDU plus one per payload part, so one `sendmsg` carries up to
@@ -999,7 +1008,8 @@ pub(crate) struct ConnState {
     pub(crate) poll_reader: bool,
     /// TCP input ended (EOF or error).
     pub(crate) rx_eof: bool,
-    /// `eng_end` reported EOF (the application shut down its side with a raw syscall).
+    /// `eng_end` reported EOF (the application shut down its side with a raw syscall, or
+    /// every process closed the app end).
     eng_rd_eof: bool,
     /// The application closed its last fd of the socket while another process still had the
     /// socketpair's app end (a forked child, an exec'd program, a raw `dup`, an fd passed in
@@ -1021,8 +1031,21 @@ pub(crate) struct ConnState {
     pub(crate) last_term: Option<LastTerminate>,
     pub(crate) bytes_tx: u64,
     pub(crate) bytes_rx: u64,
-    /// `close` was called: drain until this deadline, then close.
+    /// The application closed the socket ([`super::Shared::close_now`]): what it wrote is
+    /// still sent, the MPA exchange finished first if it was under way, then the graceful
+    /// close; given up at this deadline if no byte was written since the last one
+    /// (`close_mark`; see [`CLOSE_LINGER`]).
     pub(crate) close_deadline: Option<Instant>,
+    /// `tx_written` when the close deadline was last set.
+    pub(crate) close_mark: u64,
+    /// Bytes written to the TCP socket by [`ConnState::flush_tx`]: a closing socket's
+    /// progress.
+    pub(crate) tx_written: u64,
+    /// `SO_LINGER` of the TCP socket when the application closed it (`None`: off).
+    pub(crate) linger: Option<Duration>,
+    /// The connection ends with a reset, not a FIN ([`super::Shared::finalize`]): the close
+    /// was an abort (`SO_LINGER` 0) or gave up with bytes unsent.
+    pub(crate) reset: bool,
     /// Epoll registrations removed; nothing more happens on this socket.
     pub(crate) finalized: bool,
 }
@@ -1109,6 +1132,10 @@ impl ConnState {
             bytes_tx: 0,
             bytes_rx: 0,
             close_deadline: None,
+            close_mark: 0,
+            tx_written: 0,
+            linger: None,
+            reset: false,
             finalized: false,
         }
     }
@@ -1949,7 +1976,12 @@ impl ConnState {
             }
             match got {
                 Ok(0) => {
-                    let closing = self.tcp_shut_wr || self.close_deadline.is_some();
+                    // (a closing socket still sending keeps sending: the peer's FIN is a
+                    // half-close, as before the close)
+                    let closing = self.tcp_shut_wr
+                        || (self.close_deadline.is_some()
+                            && conn.state() != State::Open
+                            && conn.unsent_len() == 0);
                     input_ended(&mut self.rx_eof, self.stream_mode, closing, conn);
                 }
                 Ok(n) => {
@@ -2023,6 +2055,7 @@ impl ConnState {
             match sent {
                 Ok(n) => {
                     conn.on_written(n as u64);
+                    self.tx_written += n as u64;
                     let mut left = n;
                     while left > 0 {
                         let plen = tail.t.pieces[tail.piece].len() - tail.off;
@@ -2208,12 +2241,16 @@ impl ConnState {
             }
         }
         self.flush_backlog(sh);
-        // The protocol stream is over and its last bytes (a Terminate) are out: FIN.
-        if (self.conn_done
-            || (self.want_shut_wr && self.stream_queued == 0 && self.sq_meta.is_empty()))
-            && self.tail.is_none()
+        // The protocol stream is over and its last bytes (a Terminate) are out, or the
+        // application shut down writing and everything it wrote is out: FIN.
+        if self.tail.is_none()
             && !self.tcp_shut_wr
             && matches!(self.phase, Phase::Open)
+            && (self.conn_done
+                || (self.want_shut_wr
+                    && self.stream_queued == 0
+                    && self.sq_meta.is_empty()
+                    && self.pair_drained(sh)))
         {
             let _ = sys::shutdown(sh.tcp_fd, libc::SHUT_WR);
             self.tcp_shut_wr = true;
@@ -2360,7 +2397,7 @@ impl ConnState {
         }
         self.restore_sndbuf(sh);
         self.pressed = false;
-        if !buf.is_empty() && self.is_open() && !self.want_shut_wr {
+        if !buf.is_empty() && self.is_open() && !self.tcp_shut_wr {
             let _ = self.post_stream(buf);
         }
     }
@@ -2386,8 +2423,8 @@ impl ConnState {
         self.pressed && (!self.is_open() || self.tcp_shut_wr || self.unsent_bytes() == 0)
     }
 
-    /// Bytes the application wrote to its fd with raw syscalls arrive at `eng_end`: send them
-    /// as stream data (or keep them for after the MPA exchange).
+    /// Bytes the application wrote to its fd with raw syscalls (or spilled sends) arrive at
+    /// `eng_end`: send them as stream data (or keep them for after the MPA exchange).
     pub(crate) fn pump_eng(&mut self, sh: &Shared) {
         if self.eng_rd_eof || self.pressed {
             return;
@@ -2408,7 +2445,9 @@ impl ConnState {
                 Ok(n) => {
                     if self.is_connecting() {
                         self.queue_pre_open(&[&buf[..n]]);
-                    } else if self.is_open() && !self.want_shut_wr {
+                    } else if self.is_open() && !self.tcp_shut_wr {
+                        // (also after `shutdown(SHUT_WR)` or `close`: these bytes were written
+                        // before it, and go out before the FIN)
                         let mut b = self.stream_buf();
                         b.extend_from_slice(&buf[..n]);
                         let _ = self.post_stream(b);
@@ -2762,7 +2801,7 @@ impl ConnState {
         let mut ev = 0;
         let sending = !self.eng_rd_eof
             && !self.pressed
-            && !self.want_shut_wr
+            && !self.tcp_shut_wr
             && !matches!(self.phase, Phase::Failed)
             && !self.conn_done
             && self.stream_queued + self.pre_open_tx.len() < TX_STREAM_LIMIT;
@@ -2786,6 +2825,29 @@ impl ConnState {
         self.finalized
             || matches!(self.phase, Phase::Failed)
             || (self.tcp_shut_wr && self.tail.is_none())
+    }
+
+    /// Whether the socketpair holds nothing more of what the application wrote (after its
+    /// `shutdown(SHUT_WR)` or `close`: what remains there was written before, and goes out
+    /// before the FIN): `eng_end` read to its EOF, or nothing in it but a back-pressure
+    /// token. One `FIONREAD` unless EOF was seen.
+    pub(crate) fn pair_drained(&self, sh: &Shared) -> bool {
+        self.eng_rd_eof
+            || self.stream_over()
+            || sys::inq(sh.eng_end).is_ok_and(|n| n <= self.token_bytes())
+    }
+
+    /// A closed socket ([`ConnState::close_deadline`]) whose connection is open and whose
+    /// socketpair holds nothing more of the application's: the graceful close (queued work
+    /// and owed Read Responses still go out, outstanding Reads are awaited, then the FIN).
+    pub(crate) fn close_when_drained(&mut self, sh: &Shared) {
+        if self.close_deadline.is_some()
+            && self.is_open()
+            && self.pair_drained(sh)
+            && let Some(c) = self.conn.as_mut()
+        {
+            c.close();
+        }
     }
 
     /// Whether a closing socket is done: the stream is over, or there is nothing left to

@@ -6,9 +6,11 @@
 //! - [`conn`]: one socket's state and the non-blocking protocol steps (inline and progress
 //!   thread share them; see its docs for the locking rules).
 //! - [`socket`]: [`DdpSocket`](socket::DdpSocket), the native API.
+//! - [`close`]: closing a socket, and the flush at process exit.
 //! - this module: [`Shared`] (what a socket's threads share), the per-process [`Engine`]
 //!   (registry, epoll, the progress thread) and the progress thread's loop.
 
+pub(crate) mod close;
 pub(crate) mod conn;
 pub mod group;
 pub mod listener;
@@ -25,9 +27,6 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize
 use std::sync::{Arc, Condvar, Once};
 
 use crate::sync::{Guard, Mutex};
-use std::time::Instant;
-
-use ddp_proto::conn::State;
 
 use crate::driver::conn::{ConnState, Phase, SmallRound};
 use crate::driver::mem::{SessionMem, UserSink};
@@ -100,9 +99,13 @@ pub(crate) struct Engine {
     rx_buf_hot: AtomicPtr<u8>,
     /// Sockets in `conns` (sizes each socket's share of the receive backlog budget).
     sockets: AtomicUsize,
-    /// Bumped (and `flushed_cv` notified) when a closed socket has sent everything.
+    /// Bumped (and `flushed_cv` notified) when a closed socket has sent everything (or, while
+    /// `draining`, any socket has nothing left to write).
     flushed: std::sync::Mutex<u64>,
     flushed_cv: Condvar,
+    /// Threads waiting in [`close::flush_before_exec`] until every socket has written what
+    /// it had.
+    draining: AtomicU32,
     next_id: AtomicU64,
     next_pd: AtomicU32,
     thread: Once,
@@ -328,6 +331,7 @@ pub(crate) fn engine() -> Result<&'static Engine, Errno> {
         sockets: AtomicUsize::new(0),
         flushed: std::sync::Mutex::new(0),
         flushed_cv: Condvar::new(),
+        draining: AtomicU32::new(0),
         next_id: AtomicU64::new(1),
         next_pd: AtomicU32::new(OWN_PD_BASE),
         thread: Once::new(),
@@ -368,47 +372,6 @@ pub fn after_fork_in_child() {
 /// they no longer use the socketpair for back-pressure (`ConnState::press`).
 pub fn after_fork_in_parent() {
     PARENT_FORKS.fetch_add(1, Ordering::AcqRel);
-}
-
-/// Process exit (call it from an exit handler): closes every socket of this process's engine
-/// and waits, at most `timeout`, until each has written what it had queued and sent its FIN.
-/// Without it, data a program wrote just before exiting dies with the progress thread (a TCP
-/// socket's data would still be sent by the kernel). Does not wait for the peer's FIN.
-/// Sockets this process closed while another process still had them (a forked child's)
-/// are closed too: with this process's engine gone, no one would serve them.
-pub fn flush_at_exit(timeout: Duration) {
-    let cur = ENGINE.load(Ordering::Acquire);
-    // SAFETY: ENGINE only ever holds null or a leaked, never freed `Box<Engine>`.
-    let Some(e) = (unsafe { cur.as_ref() }) else {
-        return;
-    };
-    if e.pid != sys::getpid() {
-        return;
-    }
-    let socks: Vec<Arc<Shared>> = lock(&e.conns).values().cloned().collect();
-    for sh in &socks {
-        sh.close();
-        // (one that others still had goes too: this process served it, and no one will)
-        let mut st = sh.lock();
-        if st.others_hold && !st.finalized {
-            sh.close_now(&mut st);
-        }
-    }
-    let deadline = Instant::now() + timeout;
-    loop {
-        let seen = *lock_std(&e.flushed);
-        if socks.iter().all(|sh| sh.in_child() || sh.lock().flushed()) {
-            return;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        let g = lock_std(&e.flushed);
-        if *g == seen {
-            drop(e.flushed_cv.wait_timeout(g, left));
-        }
-    }
 }
 
 /// Socket ids copied out of a lock (see [`Engine::timed_ids`]).
@@ -471,7 +434,7 @@ impl Engine {
         Duration::from_nanos(sys::monotonic_ns().saturating_sub(self.origin_ns))
     }
 
-    /// A closed socket has sent everything (see [`flush_at_exit`]).
+    /// A closed socket has sent everything (see [`close::flush_at_exit`]).
     fn note_flushed(&self) {
         *lock_std(&self.flushed) += 1;
         self.flushed_cv.notify_all();
@@ -685,13 +648,10 @@ impl Engine {
                     sh.progress(&mut st, None, true);
                 }
             }
-            if let Some(d) = st.close_deadline {
-                let d = d.saturating_duration_since(Instant::now());
-                if d.is_zero() {
-                    sh.force_close(&mut st);
-                } else {
-                    due = Some(due.map_or(now + d, |x: Duration| x.min(now + d)));
-                }
+            if st.close_deadline.is_some()
+                && let Some(d) = sh.close_linger_left(&mut st)
+            {
+                due = Some(due.map_or(now + d, |x: Duration| x.min(now + d)));
             }
             if let Some(mut d) = st.lazy_until {
                 if st.lazy_renewed && now >= d && !st.finalized {
@@ -1016,6 +976,7 @@ impl Shared {
             if read_input || st.has_pending_input() {
                 st.pump_input(self, &mut mem);
             }
+            st.close_when_drained(self);
             let _ = st.flush_tx(self, &mut mem);
         }
         st.settle(self, &mut mem);
@@ -1029,7 +990,9 @@ impl Shared {
         if rearm {
             self.rearm(st);
         }
-        if self.user_closed.load(Ordering::Relaxed) && st.flushed() {
+        if (self.user_closed.load(Ordering::Relaxed) && st.flushed())
+            || (self.engine.draining.load(Ordering::Relaxed) != 0 && self.drained(st))
+        {
             self.engine.note_flushed();
         }
     }
@@ -1312,143 +1275,6 @@ impl Shared {
         {
             st.tcp_armed = 0;
         }
-    }
-
-    /// `close`: graceful close, bounded by [`conn::CLOSE_LINGER`].
-    pub(crate) fn close(&self) {
-        if self.in_child() {
-            self.close_in_child();
-            return;
-        }
-        if self.user_closed.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        // The application's last fd is gone: so goes our own reference to the socketpair's
-        // app end, so that the kernel releases that file, and with it the epoll
-        // registrations of the application's fd, as it does for a closed TCP socket (unless
-        // another process still has it open: a forked child). Kept, it let the close's
-        // EOF reach `epoll_wait` as an event for the closed fd, even once its number was
-        // reused (ddp-fdtest epoll-held, 2 runs in 30).
-        let _ = sys::retire(self.app_end, self.engine.inert_fd);
-        let mut st = self.lock();
-        if st.finalized {
-            return;
-        }
-        // Held stream data goes to the socketpair (another process may still read it).
-        self.end_hold(&mut st);
-        if !sys::hung_up(self.eng_end) {
-            // Someone else still has the app end (a forked child the socket was handed to,
-            // an exec'd program, a raw `dup`): the connection stays theirs, served here,
-            // until they close it too (`close_if_released`).
-            st.others_hold = true;
-            self.rearm(&mut st);
-            return;
-        }
-        self.close_now(&mut st);
-    }
-
-    /// [`Shared::close`] once nobody has the app end any more: the graceful close.
-    fn close_now(&self, st: &mut ConnState) {
-        st.others_hold = false;
-        st.close_deadline = Some(Instant::now() + conn::CLOSE_LINGER);
-        st.want_shut_wr = true;
-        match st.phase {
-            Phase::Open => {
-                if let Some(c) = st.conn.as_mut() {
-                    c.close();
-                }
-                self.engine.watch_deadline(self.id);
-                self.progress(st, None, true);
-            }
-            Phase::Startup(_) | Phase::Failed => self.finalize(st),
-        }
-    }
-
-    /// A socket the application closed while others had its app end
-    /// (`ConnState::others_hold`): closed now if they all let go of it, i.e. `eng_end`
-    /// reports the hang-up and everything they wrote was read (or can no longer be sent).
-    fn close_if_released(&self, st: &mut ConnState) {
-        if st.others_hold
-            && !st.finalized
-            && (!st.eng_open() || st.stream_over())
-            && sys::hung_up(self.eng_end)
-        {
-            self.close_now(st);
-        }
-    }
-
-    /// `close` in a forked child, of the socket's last fd there: the child's copies of the
-    /// engine's descriptors go too (replaced by inert ones: the numbers stay taken), so
-    /// that the parent's engine hears the hang-up of the app end when every process that
-    /// had the socket closed it, and the TCP socket is released with the parent's. Only
-    /// those numbers that still are what they were: a child may have closed the inherited
-    /// numbers and reused them.
-    fn close_in_child(&self) {
-        if self.user_closed.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        for (fd, ino) in [self.tcp_fd, self.eng_end, self.app_end]
-            .into_iter()
-            .zip(self.inodes)
-        {
-            if ino != 0 && sys::inode(fd) == Ok(ino) {
-                // (a fresh inert descriptor: the engine's may have been closed here)
-                let _ = sys::retire(fd, -1);
-            }
-        }
-    }
-
-    /// The close linger expired: flush everything as failed and close.
-    fn force_close(&self, st: &mut ConnState) {
-        if st.finalized {
-            return;
-        }
-        // Our own close gave up: flush (FLUSH_ERR, as documented), not a lost stream.
-        if let Some(c) = st.conn.as_mut()
-            && c.state() != State::Closed
-        {
-            c.abort();
-        }
-        st.rx_eof = true;
-        let mut mem = SessionMem::new(&self.engine.registry, None);
-        st.settle(self, &mut mem);
-        drop(mem);
-        self.finalize(st);
-    }
-
-    /// Nothing more happens on this socket: leave the epoll set, drop it from the engine.
-    /// The descriptors are closed when the last reference goes ([`Drop`]).
-    pub(crate) fn finalize(&self, st: &mut ConnState) {
-        if st.finalized {
-            return;
-        }
-        st.finalized = true;
-        if st.registered {
-            let ep = self.engine.epfd;
-            let _ = sys::epoll_ctl(self.tcp_ep(st), libc::EPOLL_CTL_DEL, self.tcp_fd, 0, 0);
-            let _ = sys::epoll_ctl(ep, libc::EPOLL_CTL_DEL, self.eng_end, 0, 0);
-            st.registered = false;
-        }
-        // Unread input would turn our close into a reset: read what is there.
-        let mut buf = [0u8; 4096];
-        for _ in 0..64 {
-            match sys::recv(self.tcp_fd, &mut buf, libc::MSG_DONTWAIT) {
-                Ok(n) if n > 0 => {}
-                _ => break,
-            }
-        }
-        let _ = sys::shutdown(self.tcp_fd, libc::SHUT_RDWR);
-        if !st.eng_shut {
-            let _ = sys::shutdown(self.eng_end, libc::SHUT_WR);
-            st.eng_shut = true;
-        }
-        if self.own_pd {
-            self.engine.registry.deregister_pd(self.pd);
-        }
-        if lock(&self.engine.conns).remove(&self.id).is_some() {
-            self.engine.sockets.fetch_sub(1, Ordering::Relaxed);
-        }
-        self.engine.note_flushed();
     }
 }
 

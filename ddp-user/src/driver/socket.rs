@@ -1331,8 +1331,9 @@ impl DdpSocket {
         }
     }
 
-    /// `shutdown(how)`: `SHUT_WR` sends what is queued, then the TCP FIN (later sends say
-    /// `EPIPE`; RDMA Read Requests from the peer can no longer be answered); `SHUT_RD` makes
+    /// `shutdown(how)`: `SHUT_WR` sends what is queued (bytes left in the socketpair
+    /// included), then the TCP FIN (later sends say `EPIPE`; RDMA Read Requests from the
+    /// peer can no longer be answered); `SHUT_RD` makes
     /// the app fd read EOF and drops later stream data; `SHUT_RDWR` both.
     pub fn shutdown(&self, how: i32) -> Result<(), Errno> {
         let sh = self.sh();
@@ -1348,16 +1349,22 @@ impl DdpSocket {
             let _ = sys::shutdown(sh.app_end, libc::SHUT_RD);
         }
         if how != libc::SHUT_RD {
-            st.want_shut_wr = true;
+            sh.end_writing(&mut st);
         }
         sh.progress(&mut st, None, false);
         Ok(())
     }
 
-    /// Closes the socket (also done when the last clone is dropped): queued work is still
-    /// sent and owed Read Responses still served for at most 2 s on the progress thread
-    /// (the call itself does not wait), then outstanding work completes with `FLUSH_ERR`
-    /// and the TCP connection is closed. Own-PD registrations are deregistered.
+    /// Closes the socket (also done when the last clone is dropped), as TCP closes one:
+    /// everything written or posted before still goes out (an MPA exchange still under way
+    /// is finished first), owed Read Responses are still served, outstanding Reads awaited,
+    /// then the FIN, on the progress thread; the call itself does not wait. The close gives
+    /// up when no byte could be written for 2 s (the peer reads nothing, or never answers
+    /// a Read): what is left completes with `FLUSH_ERR` and the connection is reset.
+    /// `SO_LINGER` of the TCP socket is honoured: on with 0, an abort (no flush, posted work
+    /// completes with `FLUSH_ERR`, the peer gets a reset); on with a time, the call waits
+    /// that long at most until everything is written and the FIN sent. Own-PD registrations
+    /// are deregistered.
     pub fn close(&self) {
         self.sh().close();
     }
