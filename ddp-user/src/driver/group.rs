@@ -49,6 +49,10 @@ pub(crate) struct Group {
     engine: &'static Engine,
     fork_gen: u64,
     st: Mutex<GroupState>,
+    /// Held by the progress thread while it serves the group's sockets ([`Group::on_event`]),
+    /// taken and let go by a thread that starts waiting ([`EpollGroup::enter`]): once it
+    /// has it, no input the progress thread read is on its way to a socketpair still.
+    serving: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -89,6 +93,8 @@ impl Group {
     /// The progress thread's event for the shadow: serve its sockets unless an application
     /// thread is on it.
     pub(crate) fn on_event(&self) {
+        // (before the check: see `serving`)
+        let _serving = lock(&self.serving);
         {
             let mut gs = lock(&self.st);
             gs.armed = false;
@@ -103,7 +109,7 @@ impl Group {
                 let (data, events) = (ev.u64, ev.events);
                 let sh = lock(&self.engine.conns).get(&(data >> 2)).cloned();
                 if let Some(sh) = sh {
-                    sh.on_event(KIND_TCP, events);
+                    sh.on_event(KIND_TCP, events, true);
                 }
             }
             if n < evs.len() {
@@ -177,6 +183,7 @@ impl EpollGroup {
                 armed: true,
                 ..GroupState::default()
             }),
+            serving: Mutex::new(()),
         });
         lock(&engine.groups).insert(id, g.clone());
         if let Err(e) = sys::epoll_ctl(
@@ -231,22 +238,31 @@ impl EpollGroup {
     }
 
     /// An application thread starts waiting on the group (until the visit is dropped).
+    ///
+    /// If the progress thread is serving the group's sockets, this waits until it is done:
+    /// input it has read from a TCP fd is in no TCP fd the caller looks at and in no
+    /// socketpair yet, and a level-triggered wait that then asked the kernel would report an
+    /// always-ready `EPOLLOUT` without the `EPOLLIN` a TCP socket shows with it. Once the
+    /// count says a thread is inside, the progress thread starts no such round.
     pub fn enter(&self) -> GroupVisit<'_> {
         let g = &*self.g;
-        let mut gs = lock(&g.st);
-        gs.inside += 1;
-        if gs.armed
-            && sys::epoll_ctl(
-                g.engine.epfd,
-                libc::EPOLL_CTL_MOD,
-                g.shadow,
-                libc::EPOLLONESHOT as u32,
-                g.id << 2 | KIND_WAKE,
-            )
-            .is_ok()
         {
-            gs.armed = false;
+            let mut gs = lock(&g.st);
+            gs.inside += 1;
+            if gs.armed
+                && sys::epoll_ctl(
+                    g.engine.epfd,
+                    libc::EPOLL_CTL_MOD,
+                    g.shadow,
+                    libc::EPOLLONESHOT as u32,
+                    g.id << 2 | KIND_WAKE,
+                )
+                .is_ok()
+            {
+                gs.armed = false;
+            }
         }
+        drop(lock(&g.serving));
         GroupVisit { g }
     }
 
