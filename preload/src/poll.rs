@@ -217,8 +217,9 @@ unsafe fn poll_inline(
     // are ever written or read, so the array is not filled first (64 entries on every call).
     let mut stack_mem = core::mem::MaybeUninit::<[pollfd; STACK_FDS]>::uninit();
     let mut looked = false;
-    // Fds whose socket holds stream data for its next read (`poll_held`): readable now.
-    let mut held_now: [c_int; MAX_INLINE] = [-1; MAX_INLINE];
+    // Fds whose socket holds stream data for its next read (`poll_held`): readable now, with
+    // the bits to add ([`held_bits`]).
+    let mut held_now: [(c_int, i16); MAX_INLINE] = [(-1, 0); MAX_INLINE];
     let mut h_n = 0;
     // One DDP fd asked only for `POLLOUT` (a check before a write), in an array we may read
     // (the caller's on the main stack, or ours): answered here when the socket says the
@@ -303,7 +304,7 @@ unsafe fn poll_inline(
             };
             match c.sock.poll_enter(false) {
                 ddp_user::PollEnter::Held => {
-                    held_now[h_n] = p.fd;
+                    held_now[h_n] = (p.fd, held_bits(&c.sock, p.events));
                     h_n += 1;
                 }
                 ddp_user::PollEnter::Wait(w) => {
@@ -371,7 +372,7 @@ unsafe fn poll_inline(
     let mut time = TimeLeft::new(timeout);
     loop {
         for (j, w) in waits[..k].iter().flatten().enumerate() {
-            ext[n + j] = tcp_entry(&w.1);
+            ext[n + j] = with_fin(tcp_entry(&w.1));
         }
         let left = time.next();
         let r = cvt(call(ext.as_mut_ptr(), (n + k) as nfds_t, left))?;
@@ -380,13 +381,14 @@ unsafe fn poll_inline(
         for (j, w) in waits[..k].iter().flatten().enumerate() {
             if ext[n + j].revents != 0 {
                 serviced = true;
+                w.1.reported(ext[n + j].revents);
                 // (true: this call returns below; the wait ends with the round)
                 if w.1.service_last() {
                     // Stream data waits in the engine for this fd's next read: readable.
                     held = true;
                     let fd = ext[w.0].fd;
                     for p in ext[..n].iter_mut().filter(|p| p.fd == fd) {
-                        p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+                        p.revents |= held_bits(w.1.socket(), p.events);
                     }
                 }
             }
@@ -423,13 +425,27 @@ unsafe fn poll_inline(
     }
 }
 
-/// Adds `POLLIN` (as asked) to the entries of `fds` whose socket holds data for its reader
-/// (`held`: their fds); returns how many entries show anything.
-fn with_held(fds: &mut [pollfd], held: &[c_int]) -> c_int {
-    for p in fds.iter_mut().filter(|p| held.contains(&p.fd)) {
-        p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+/// Adds `POLLIN` (as asked, with [`held_bits`]) to the entries of `fds` whose socket holds
+/// data for its reader (`held`: their fds and bits); returns how many entries show anything.
+fn with_held(fds: &mut [pollfd], held: &[(c_int, i16)]) -> c_int {
+    for p in fds.iter_mut() {
+        if let Some(&(_, bits)) = held.iter().find(|h| h.0 == p.fd) {
+            p.revents |= bits & p.events;
+        }
     }
     fds.iter().filter(|p| p.revents != 0).count() as c_int
+}
+
+/// The `poll` bits of `asked` to add for a socket that holds stream data for its reader:
+/// `POLLIN` (`POLLRDNORM`), and `POLLRDHUP` if the stream's end has arrived behind the data,
+/// as a TCP socket shows it (`DdpSocket::poll_held_events`, asked only when `POLLRDHUP` is
+/// asked for). The rest (`POLLOUT`) is the app fd's own, which the kernel reports.
+fn held_bits(sock: &ddp_user::DdpSocket, asked: i16) -> i16 {
+    let mut bits = asked & (libc::POLLIN | libc::POLLRDNORM);
+    if asked & libc::POLLRDHUP != 0 {
+        bits |= asked & sock.poll_held_events() & libc::POLLRDHUP;
+    }
+    bits
 }
 
 /// What a `poll` does after a kernel wait in which no socket's round held data for its reader.
@@ -450,6 +466,19 @@ fn after_wait(serviced: bool, mine: bool, timed_out: bool) -> AfterWait {
         (true, true, _) | (true, false, true) => AfterWait::Recheck,
         (true, false, false) | (false, false, false) => AfterWait::Again,
         (false, _, _) => AfterWait::Done,
+    }
+}
+
+/// `p` (a TCP fd's entry) asking for `POLLRDHUP` too if it asks for input: a report that
+/// shows it tells the round that the peer's FIN is in ([`ddp_user::PollWait::reported`]).
+fn with_fin(p: pollfd) -> pollfd {
+    if p.events & libc::POLLIN != 0 {
+        pollfd {
+            events: p.events | libc::POLLRDHUP,
+            ..p
+        }
+    } else {
+        p
     }
 }
 
@@ -517,7 +546,7 @@ unsafe fn poll_one(
                 cvt(call(fds, 1, zero))?;
             }
             // SAFETY: one entry, readable and writable (see above).
-            unsafe { (*fds).revents |= p.events & (libc::POLLIN | libc::POLLRDNORM) };
+            unsafe { (*fds).revents |= held_bits(sock, p.events) };
             return Ok(1);
         }
         ddp_user::PollEnter::Kernel => {
@@ -556,13 +585,18 @@ unsafe fn poll_one(
             .flatten();
         let r = match alone {
             Some(r) => r.map(|v| v as c_int).map_err(|e| Errno(e.0))?,
-            None => cvt(call(ext.as_mut_ptr(), 2, left))?,
+            None => {
+                // (the wait set registers `POLLRDHUP` itself: asked of the kernel only here)
+                ext[1] = with_fin(ext[1]);
+                cvt(call(ext.as_mut_ptr(), 2, left))?
+            }
         };
         let serviced = ext[1].revents != 0;
+        w.reported(ext[1].revents);
         // (true: this call returns below; the wait ends with the round)
         if serviced && w.service_last() {
             // Stream data waits in the engine for this fd's next read: readable.
-            ext[0].revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+            ext[0].revents |= held_bits(sock, p.events);
             // SAFETY: one entry, writable (see above).
             unsafe { fds.write(ext[0]) };
             return Ok(1);
@@ -1085,12 +1119,31 @@ fn reg_socket(reg: &EpollReg) -> Option<ddp_user::DdpSocket> {
     (c.sock.id() == reg.sock).then(|| c.sock.clone())
 }
 
-/// An `EPOLLIN` event for a socket that holds stream data for its reader.
+/// An event for a socket that holds stream data for its reader.
 #[derive(Clone, Copy, Default)]
 struct Held {
     reg: EpollReg,
     /// The socket's received byte count now.
     rx: u64,
+    /// What a TCP socket would report with the data (`ddp_user::Held::events`).
+    events: u32,
+}
+
+impl Held {
+    fn new(reg: EpollReg, h: ddp_user::Held) -> Held {
+        Held {
+            reg,
+            rx: h.rx,
+            events: h.events,
+        }
+    }
+
+    /// The events reported for it: of those a TCP socket would report with the data
+    /// (`EPOLLIN`, and `EPOLLOUT` or `EPOLLRDHUP` with it), the ones the registration asked
+    /// for.
+    fn bits(&self) -> u32 {
+        self.events & self.reg.events
+    }
 }
 
 /// The sockets of `regs` that hold stream data for their reader (`DdpSocket::epoll_held`;
@@ -1102,21 +1155,22 @@ fn held_of(regs: &[(EpollReg, bool)]) -> ([Held; MAX_INLINE], usize) {
         if !alone {
             continue;
         }
-        let Some(rx) = reg_socket(reg).and_then(|s| s.epoll_held()) else {
+        let Some(h) = reg_socket(reg).and_then(|s| s.epoll_held()) else {
             continue;
         };
-        if reg.events & libc::EPOLLET as u32 != 0 && rx == reg.seen_rx {
+        if reg.events & libc::EPOLLET as u32 != 0 && h.rx == reg.seen_rx {
             continue;
         }
-        out[n] = Held { reg: *reg, rx };
+        out[n] = Held::new(*reg, h);
         n += 1;
     }
     (out, n)
 }
 
 /// Adds the `held` events to the `r` events the kernel wrote at `evs`: an entry with the
-/// same data gets `EPOLLIN`, others are appended while there is room (a bad `evs` is left
-/// alone: the kernel never checked the part it did not write). Returns the new count.
+/// same data gets them ([`Held::bits`]: `EPOLLIN`, with `EPOLLOUT` and `EPOLLRDHUP` as a TCP
+/// socket shows them, as asked), others are appended while there is room (a bad `evs` is
+/// left alone: the kernel never checked the part it did not write). Returns the new count.
 ///
 /// # Safety
 /// `evs[..r]` were just written by the kernel; `max` is the caller's (> 0: the kernel took it).
@@ -1128,7 +1182,7 @@ unsafe fn add_held(
     mut r: c_int,
 ) -> c_int {
     for h in held {
-        let bits = h.reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32;
+        let bits = h.bits();
         // SAFETY: the kernel wrote these `r` entries (epoll_event is packed: bytes 4..12 are
         // the data).
         let kernel = unsafe { core::slice::from_raw_parts(evs.cast::<u8>(), r as usize * EV) };
@@ -1197,7 +1251,7 @@ unsafe fn report_held(
         let mut r = 0;
         for h in &held[..max as usize] {
             let e = epoll_event {
-                events: h.reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32,
+                events: h.bits(),
                 u64: h.reg.data,
             };
             // SAFETY: only an address; the write goes to checked memory.
@@ -1352,12 +1406,7 @@ unsafe fn epoll_inline(
             revents: 0,
         };
         for (j, w) in waits[..k].iter().flatten().enumerate() {
-            let ev = w.0.events();
-            set[1 + j] = pollfd {
-                fd: if ev != 0 { w.0.tcp_fd() } else { -1 },
-                events: ev,
-                revents: 0,
-            };
+            set[1 + j] = with_fin(tcp_entry(&w.0));
         }
         // (the first wait takes the timeout as given: the deadline was set just before)
         let left = if core::mem::take(&mut first) {
@@ -1371,6 +1420,7 @@ unsafe fn epoll_inline(
         let mut held = false;
         for (j, w) in waits[..k].iter().flatten().enumerate() {
             if set[1 + j].revents != 0 {
+                w.0.reported(set[1 + j].revents);
                 if w.1 {
                     held |= w.0.service();
                 } else {
@@ -1439,8 +1489,8 @@ fn group_held(epfd: c_int) -> Vec<Held> {
     let mut gone = Vec::new();
     for reg in regs {
         match reg_socket(&reg).and_then(|s| s.epoll_held()) {
-            Some(rx) if reg.events & libc::EPOLLET as u32 == 0 || rx != reg.seen_rx => {
-                out.push(Held { reg, rx });
+            Some(h) if reg.events & libc::EPOLLET as u32 == 0 || h.rx != reg.seen_rx => {
+                out.push(Held::new(reg, h));
             }
             Some(_) => {}
             None => gone.push(reg.sock),
@@ -1481,8 +1531,12 @@ unsafe fn epoll_group_wait(
     let mut first = true;
     loop {
         // 1. The input the shadow reports, served here.
+        let mut ready = [(0u64, 0u32); BATCH];
+        let n = g.ready_events(&mut ready);
         let mut ids = [0u64; BATCH];
-        let n = g.ready(&mut ids);
+        for (id, r) in ids.iter_mut().zip(&ready[..n]) {
+            *id = r.0;
+        }
         if n > 0 {
             let mut hold = [false; BATCH];
             if let Some(h) = hints()
@@ -1502,8 +1556,8 @@ unsafe fn epoll_group_wait(
             }
             let mut newly = [0u64; BATCH];
             let mut m = 0;
-            for (&id, &f) in ids[..n].iter().zip(&hold) {
-                if g.service(id, f) && f {
+            for (&(id, events), &f) in ready[..n].iter().zip(&hold) {
+                if g.service_report(id, f, events) && f {
                     newly[m] = id;
                     m += 1;
                 }
@@ -1578,11 +1632,11 @@ unsafe fn serve_now(
     }; MAX_INLINE];
     let mut k = 0;
     for (p, w) in set.iter_mut().zip(waits.iter().flatten()) {
-        *p = pollfd {
+        *p = with_fin(pollfd {
             fd: w.0.tcp_fd(),
             events: w.0.events() & libc::POLLIN,
             revents: 0,
-        };
+        });
         k += 1;
     }
     if k == 0 {
@@ -1601,6 +1655,7 @@ unsafe fn serve_now(
     if n > 0 {
         for (p, w) in set.iter().zip(waits.iter().flatten()) {
             if p.revents != 0 {
+                w.0.reported(p.revents);
                 if w.1 {
                     held |= w.0.service();
                 } else {

@@ -29,7 +29,7 @@ use std::time::Duration;
 use super::{
     ConnState, Engine, FORK_GEN, KIND_TCP, KIND_WAKE, LAZY, Shared, engine, lock, move_high,
 };
-use crate::driver::socket::DdpSocket;
+use crate::driver::socket::{DdpSocket, read_to_fin};
 use crate::sys::{self, Errno};
 
 /// How long the progress thread leaves a group alone after the last application thread left
@@ -269,11 +269,22 @@ impl EpollGroup {
     /// The sockets whose TCP fd the shadow reports ready now (ids, at most `out.len()`; their
     /// interest is used up: [`EpollGroup::service`] each).
     pub fn ready(&self, out: &mut [u64]) -> usize {
+        let mut evs = [(0, 0); 64];
+        let n = self.ready_events(&mut evs[..out.len().min(64)]);
+        for (o, e) in out.iter_mut().zip(&evs[..n]) {
+            *o = e.0;
+        }
+        n
+    }
+
+    /// [`EpollGroup::ready`], with the events of each report (epoll bits: `EPOLLRDHUP` when
+    /// the peer's FIN is in; [`EpollGroup::service_report`] each).
+    pub fn ready_events(&self, out: &mut [(u64, u32)]) -> usize {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
         let want = out.len().min(evs.len());
         let n = sys::epoll_wait(self.g.shadow, &mut evs[..want], Some(Duration::ZERO)).unwrap_or(0);
         for (o, ev) in out.iter_mut().zip(&evs[..n]) {
-            *o = ev.u64 >> 2;
+            *o = (ev.u64 >> 2, ev.events);
         }
         n
     }
@@ -285,6 +296,12 @@ impl EpollGroup {
     /// when the socket is gone or another application thread is inside on it (and reads the
     /// input itself).
     pub fn service(&self, id: u64, may_hold: bool) -> bool {
+        self.service_report(id, may_hold, 0)
+    }
+
+    /// [`EpollGroup::service`] of a report with `events` ([`EpollGroup::ready_events`]): one
+    /// that shows the peer's FIN reads on up to it, as [`crate::PollWait::reported`] says.
+    pub fn service_report(&self, id: u64, may_hold: bool, events: u32) -> bool {
         let Some(sh) = lock(&self.g.engine.conns).get(&id).cloned() else {
             return false;
         };
@@ -302,7 +319,11 @@ impl EpollGroup {
             sh.disarm_tcp(&mut st);
             return false;
         }
-        sh.serve_round(&mut st, may_hold, true)
+        let held = sh.serve_round(&mut st, may_hold, true);
+        if events & libc::EPOLLRDHUP as u32 != 0 {
+            read_to_fin(&sh, &mut st);
+        }
+        held
     }
 }
 

@@ -1175,12 +1175,19 @@ impl Shared {
             } else {
                 libc::EPOLLONESHOT as u32
             };
+            // (and `EPOLLRDHUP` with the input in a shadow: its report says when the peer's
+            // FIN is in, `EpollGroup::ready_events`; a FIN keeps the fd readable anyway)
+            let fin = if st.group.is_some() && want & libc::EPOLLIN as u32 != 0 {
+                libc::EPOLLRDHUP as u32
+            } else {
+                0
+            };
             if want != st.tcp_armed
                 && sys::epoll_ctl(
                     tcp_ep,
                     libc::EPOLL_CTL_MOD,
                     self.tcp_fd,
-                    want | once,
+                    want | once | fin,
                     self.id << 2 | KIND_TCP,
                 )
                 .is_ok()
