@@ -217,6 +217,7 @@ unsafe fn poll_inline(
     // are ever written or read, so the array is not filled first (64 entries on every call).
     let mut stack_mem = core::mem::MaybeUninit::<[pollfd; STACK_FDS]>::uninit();
     let mut looked = false;
+    let mut timeout = timeout;
     // Fds whose socket holds stream data for its next read (`poll_held`): readable now, with
     // the bits to add ([`held_bits`]).
     let mut held_now: [(c_int, i16); MAX_INLINE] = [(-1, 0); MAX_INLINE];
@@ -252,12 +253,21 @@ unsafe fn poll_inline(
     if inline && !own_array && !on_main_stack(fds.cast(), n as usize * size_of::<pollfd>()) {
         // First a look without waiting, on the caller's array as given: fds that are ready
         // (a POLLOUT check before a write, data already in a socketpair) return at once, and
-        // the kernel validates the array (a bad pointer stays its EFAULT).
-        let r = call(fds, n, Some(core::time::Duration::ZERO));
-        if r != 0 || timeout == Some(core::time::Duration::ZERO) {
-            return cvt(r);
+        // the kernel validates the array (a bad pointer stays its EFAULT). Not when a DDP
+        // socket asked for input shows none: its input may wait in its TCP fd, where a TCP
+        // socket's kernel would have seen it (`POLLIN|POLLOUT` in one answer, not `POLLOUT`
+        // alone); then one round without waiting, as for an array we may read.
+        let r = cvt(call(fds, n, Some(core::time::Duration::ZERO)))?;
+        // SAFETY: the kernel has just read and written the caller's `n` entries.
+        let arr = unsafe { core::slice::from_raw_parts(fds, n as usize) };
+        if r > 0 || timeout == Some(core::time::Duration::ZERO) {
+            if !input_unseen(arr) {
+                return Ok(r);
+            }
+            timeout = Some(core::time::Duration::ZERO);
+        } else {
+            looked = true;
         }
-        looked = true;
     }
     // One DDP fd asked for input (a request-response loop's wait): as below for a set of one,
     // without the arrays a set of several needs.
@@ -446,6 +456,20 @@ fn held_bits(sock: &ddp_user::DdpSocket, asked: i16) -> i16 {
         bits |= asked & sock.poll_held_events() & libc::POLLRDHUP;
     }
     bits
+}
+
+/// Whether an entry of `fds` (written by the kernel) is a connected DDP socket asked for
+/// `POLLIN` that does not show it: input may wait in its TCP fd, which only the library
+/// looks at.
+fn input_unseen(fds: &[pollfd]) -> bool {
+    fds.iter().any(|p| {
+        p.fd >= 0
+            && p.events & libc::POLLIN != 0
+            && p.revents & libc::POLLIN == 0
+            && fdtable::lookup_marked(p.fd)
+                .and_then(|h| route::ddp_socket(h).ok().flatten())
+                .is_some_and(|r| r.conn().is_some())
+    })
 }
 
 /// What a `poll` does after a kernel wait in which no socket's round held data for its reader.
@@ -1343,7 +1367,7 @@ unsafe fn epoll_inline(
         // SAFETY: the caller's arguments.
         return unsafe { epoll_group_wait(epfd, &g, evs, max, timeout, mask, &look) };
     }
-    let mut waits: [Option<(ddp_user::PollWait, bool)>; MAX_INLINE] = Default::default();
+    let mut waits: Waits = Default::default();
     let mut k = 0;
     let (regs, m) = if ddp_user::engine_started() {
         epoll_regs(epfd)
@@ -1360,7 +1384,7 @@ unsafe fn epoll_inline(
             if let Some(sock) = reg_socket(reg)
                 && let Some(w) = sock.poll_wait()
             {
-                waits[k] = Some((w, *alone));
+                waits[k] = Some((w, *alone, *reg));
                 k += 1;
             }
         }
@@ -1382,11 +1406,19 @@ unsafe fn epoll_inline(
     let r = cvt(look(max))?;
     if r > 0 {
         // Input waiting on the TCP fds is served too: an fd that is always ready (EPOLLOUT)
-        // must not keep it waiting (the fds stay with this thread while it comes back).
+        // must not keep it waiting (the fds stay with this thread while it comes back). The
+        // kernel's entries of the sockets served are then a look too early: each gets what
+        // its fd shows now, and held data is added, so that an entry says what a TCP
+        // socket's would (EPOLLIN|EPOLLOUT, not EPOLLOUT alone with the input just in).
         // SAFETY: as above.
-        if unsafe { serve_now(&waits, mask) } {
-            let (held, h_n) = held_of(regs);
+        let served = unsafe { serve_now(&waits, mask) };
+        if served.any {
             // SAFETY: the kernel took `evs`/`max` and wrote `r` entries.
+            unsafe { refresh_served(evs, r, &waits, &served) };
+        }
+        if served.held {
+            let (held, h_n) = held_of(regs);
+            // SAFETY: as above.
             return Ok(unsafe { add_held(epfd, &held[..h_n], evs, max, r) });
         }
         return Ok(r);
@@ -1616,15 +1648,27 @@ unsafe fn epoll_group_wait(
     }
 }
 
-/// Serves the input waiting on the TCP fds of `waits` now (one `ppoll` without waiting);
-/// true if stream data is now held for a reader (see [`ddp_user::PollWait::service`]).
+/// The waits of an inline `epoll_wait` ([`epoll_inline`]): each socket's, with whether its
+/// data may be held for the reader (watched by this epoll fd only), and its registration.
+type Waits = [Option<(ddp_user::PollWait, bool, EpollReg)>; MAX_INLINE];
+
+/// Which of an inline `epoll_wait`'s waits [`serve_now`] served.
+#[derive(Default)]
+struct Served {
+    /// By position in the waits that are there.
+    which: [bool; MAX_INLINE],
+    /// Any of them.
+    any: bool,
+    /// Stream data is now held for a reader (see [`ddp_user::PollWait::service`]).
+    held: bool,
+}
+
+/// Serves the input waiting on the TCP fds of `waits` now (one `ppoll` without waiting).
 ///
 /// # Safety
 /// `mask` is null or valid.
-unsafe fn serve_now(
-    waits: &[Option<(ddp_user::PollWait, bool)>; MAX_INLINE],
-    mask: *const sigset_t,
-) -> bool {
+unsafe fn serve_now(waits: &Waits, mask: *const sigset_t) -> Served {
+    let mut served = Served::default();
     let mut set = [pollfd {
         fd: -1,
         events: 0,
@@ -1640,7 +1684,7 @@ unsafe fn serve_now(
         k += 1;
     }
     if k == 0 {
-        return false;
+        return served;
     }
     // SAFETY: our own array of `k` entries; `mask` as the caller says.
     let n = unsafe {
@@ -1651,20 +1695,67 @@ unsafe fn serve_now(
             mask,
         )
     };
-    let mut held = false;
     if n > 0 {
-        for (p, w) in set.iter().zip(waits.iter().flatten()) {
+        for ((p, w), f) in set
+            .iter()
+            .zip(waits.iter().flatten())
+            .zip(&mut served.which)
+        {
             if p.revents != 0 {
                 w.0.reported(p.revents);
                 if w.1 {
-                    held |= w.0.service();
+                    served.held |= w.0.service();
                 } else {
                     w.0.service_plain();
                 }
+                *f = true;
+                served.any = true;
             }
         }
     }
-    held
+    served
+}
+
+/// The kernel's entries (the `r` at `evs`) of the sockets `served` after the kernel wrote
+/// them get what their fds show now (a zero-timeout `poll` of each, with the registration's
+/// events): the input just served may be in the socketpair. Entries are only added to, never
+/// made: a socket the kernel did not report (a one-shot registration used up, an
+/// edge-triggered one without an edge) is the kernel's to report when it sees its data, and
+/// held data is added by [`add_held`].
+///
+/// # Safety
+/// `evs[..r]` were just written by the kernel.
+unsafe fn refresh_served(evs: *mut epoll_event, r: c_int, waits: &Waits, served: &Served) {
+    // (what `poll` can be asked: the low bits of an epoll registration, less the flags)
+    const POLL_BITS: u32 = 0x7fff;
+    for (w, _) in waits
+        .iter()
+        .flatten()
+        .zip(&served.which)
+        .filter(|(_, f)| **f)
+    {
+        let reg = &w.2;
+        for i in 0..r as usize {
+            // SAFETY: entry `i` of the kernel's `r`, written by it (readable and writable).
+            let (p, mut e) = unsafe { (evs.add(i), evs.add(i).read_unaligned()) };
+            if e.u64 != reg.data {
+                continue;
+            }
+            let mut q = [pollfd {
+                fd: reg.fd,
+                events: (reg.events & POLL_BITS) as i16,
+                revents: 0,
+            }];
+            // SAFETY: our own array of one entry.
+            if unsafe { real::poll(q.as_mut_ptr(), 1, 0) } == 1
+                && q[0].revents & libc::POLLNVAL == 0
+            {
+                e.events |= q[0].revents as u16 as u32;
+                // SAFETY: as above.
+                unsafe { p.write_unaligned(e) };
+            }
+        }
+    }
 }
 
 /// `epoll_wait(2)` with the table in use.
