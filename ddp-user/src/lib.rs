@@ -68,7 +68,7 @@ pub mod sys;
 pub use driver::close::{Unflushed, flush_at_exit, flush_before_exec};
 pub use driver::group::{EpollGroup, GroupVisit};
 pub use driver::socket::{
-    Counters, DdpSocket, MAX_SGE, MORE, PollEnter, PollWait, QUEUE_ANNOUNCED, QUEUE_ARMED_IN,
+    Counters, DdpSocket, Held, MAX_SGE, MORE, PollEnter, PollWait, QUEUE_ANNOUNCED, QUEUE_ARMED_IN,
     QUEUE_ARMED_OUT, QUEUE_HELD, QUEUE_LAZY, QUEUE_OTHERS, QUEUE_RX_DONE, QUEUE_SPILLED, Queues,
     SIGNALED, SOLICITED, WeakDdpSocket, release_lazy_besides,
 };

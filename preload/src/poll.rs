@@ -217,8 +217,10 @@ unsafe fn poll_inline(
     // are ever written or read, so the array is not filled first (64 entries on every call).
     let mut stack_mem = core::mem::MaybeUninit::<[pollfd; STACK_FDS]>::uninit();
     let mut looked = false;
-    // Fds whose socket holds stream data for its next read (`poll_held`): readable now.
-    let mut held_now: [c_int; MAX_INLINE] = [-1; MAX_INLINE];
+    let mut timeout = timeout;
+    // Fds whose socket holds stream data for its next read (`poll_held`): readable now, with
+    // the bits to add ([`held_bits`]).
+    let mut held_now: [(c_int, i16); MAX_INLINE] = [(-1, 0); MAX_INLINE];
     let mut h_n = 0;
     // One DDP fd asked only for `POLLOUT` (a check before a write), in an array we may read
     // (the caller's on the main stack, or ours): answered here when the socket says the
@@ -251,12 +253,21 @@ unsafe fn poll_inline(
     if inline && !own_array && !on_main_stack(fds.cast(), n as usize * size_of::<pollfd>()) {
         // First a look without waiting, on the caller's array as given: fds that are ready
         // (a POLLOUT check before a write, data already in a socketpair) return at once, and
-        // the kernel validates the array (a bad pointer stays its EFAULT).
-        let r = call(fds, n, Some(core::time::Duration::ZERO));
-        if r != 0 || timeout == Some(core::time::Duration::ZERO) {
-            return cvt(r);
+        // the kernel validates the array (a bad pointer stays its EFAULT). Not when a DDP
+        // socket asked for input shows none: its input may wait in its TCP fd, where a TCP
+        // socket's kernel would have seen it (`POLLIN|POLLOUT` in one answer, not `POLLOUT`
+        // alone); then one round without waiting, as for an array we may read.
+        let r = cvt(call(fds, n, Some(core::time::Duration::ZERO)))?;
+        // SAFETY: the kernel has just read and written the caller's `n` entries.
+        let arr = unsafe { core::slice::from_raw_parts(fds, n as usize) };
+        if r > 0 || timeout == Some(core::time::Duration::ZERO) {
+            if !input_unseen(arr) {
+                return Ok(r);
+            }
+            timeout = Some(core::time::Duration::ZERO);
+        } else {
+            looked = true;
         }
-        looked = true;
     }
     // One DDP fd asked for input (a request-response loop's wait): as below for a set of one,
     // without the arrays a set of several needs.
@@ -303,7 +314,7 @@ unsafe fn poll_inline(
             };
             match c.sock.poll_enter(false) {
                 ddp_user::PollEnter::Held => {
-                    held_now[h_n] = p.fd;
+                    held_now[h_n] = (p.fd, held_bits(&c.sock, p.events));
                     h_n += 1;
                 }
                 ddp_user::PollEnter::Wait(w) => {
@@ -371,7 +382,7 @@ unsafe fn poll_inline(
     let mut time = TimeLeft::new(timeout);
     loop {
         for (j, w) in waits[..k].iter().flatten().enumerate() {
-            ext[n + j] = tcp_entry(&w.1);
+            ext[n + j] = with_fin(tcp_entry(&w.1));
         }
         let left = time.next();
         let r = cvt(call(ext.as_mut_ptr(), (n + k) as nfds_t, left))?;
@@ -380,13 +391,14 @@ unsafe fn poll_inline(
         for (j, w) in waits[..k].iter().flatten().enumerate() {
             if ext[n + j].revents != 0 {
                 serviced = true;
+                w.1.reported(ext[n + j].revents);
                 // (true: this call returns below; the wait ends with the round)
                 if w.1.service_last() {
                     // Stream data waits in the engine for this fd's next read: readable.
                     held = true;
                     let fd = ext[w.0].fd;
                     for p in ext[..n].iter_mut().filter(|p| p.fd == fd) {
-                        p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+                        p.revents |= held_bits(w.1.socket(), p.events);
                     }
                 }
             }
@@ -423,13 +435,41 @@ unsafe fn poll_inline(
     }
 }
 
-/// Adds `POLLIN` (as asked) to the entries of `fds` whose socket holds data for its reader
-/// (`held`: their fds); returns how many entries show anything.
-fn with_held(fds: &mut [pollfd], held: &[c_int]) -> c_int {
-    for p in fds.iter_mut().filter(|p| held.contains(&p.fd)) {
-        p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+/// Adds `POLLIN` (as asked, with [`held_bits`]) to the entries of `fds` whose socket holds
+/// data for its reader (`held`: their fds and bits); returns how many entries show anything.
+fn with_held(fds: &mut [pollfd], held: &[(c_int, i16)]) -> c_int {
+    for p in fds.iter_mut() {
+        if let Some(&(_, bits)) = held.iter().find(|h| h.0 == p.fd) {
+            p.revents |= bits & p.events;
+        }
     }
     fds.iter().filter(|p| p.revents != 0).count() as c_int
+}
+
+/// The `poll` bits of `asked` to add for a socket that holds stream data for its reader:
+/// `POLLIN` (`POLLRDNORM`), and `POLLRDHUP` if the stream's end has arrived behind the data,
+/// as a TCP socket shows it (`DdpSocket::poll_held_events`, asked only when `POLLRDHUP` is
+/// asked for). The rest (`POLLOUT`) is the app fd's own, which the kernel reports.
+fn held_bits(sock: &ddp_user::DdpSocket, asked: i16) -> i16 {
+    let mut bits = asked & (libc::POLLIN | libc::POLLRDNORM);
+    if asked & libc::POLLRDHUP != 0 {
+        bits |= asked & sock.poll_held_events() & libc::POLLRDHUP;
+    }
+    bits
+}
+
+/// Whether an entry of `fds` (written by the kernel) is a connected DDP socket asked for
+/// `POLLIN` that does not show it: input may wait in its TCP fd, which only the library
+/// looks at.
+fn input_unseen(fds: &[pollfd]) -> bool {
+    fds.iter().any(|p| {
+        p.fd >= 0
+            && p.events & libc::POLLIN != 0
+            && p.revents & libc::POLLIN == 0
+            && fdtable::lookup_marked(p.fd)
+                .and_then(|h| route::ddp_socket(h).ok().flatten())
+                .is_some_and(|r| r.conn().is_some())
+    })
 }
 
 /// What a `poll` does after a kernel wait in which no socket's round held data for its reader.
@@ -450,6 +490,19 @@ fn after_wait(serviced: bool, mine: bool, timed_out: bool) -> AfterWait {
         (true, true, _) | (true, false, true) => AfterWait::Recheck,
         (true, false, false) | (false, false, false) => AfterWait::Again,
         (false, _, _) => AfterWait::Done,
+    }
+}
+
+/// `p` (a TCP fd's entry) asking for `POLLRDHUP` too if it asks for input: a report that
+/// shows it tells the round that the peer's FIN is in ([`ddp_user::PollWait::reported`]).
+fn with_fin(p: pollfd) -> pollfd {
+    if p.events & libc::POLLIN != 0 {
+        pollfd {
+            events: p.events | libc::POLLRDHUP,
+            ..p
+        }
+    } else {
+        p
     }
 }
 
@@ -517,7 +570,7 @@ unsafe fn poll_one(
                 cvt(call(fds, 1, zero))?;
             }
             // SAFETY: one entry, readable and writable (see above).
-            unsafe { (*fds).revents |= p.events & (libc::POLLIN | libc::POLLRDNORM) };
+            unsafe { (*fds).revents |= held_bits(sock, p.events) };
             return Ok(1);
         }
         ddp_user::PollEnter::Kernel => {
@@ -556,13 +609,18 @@ unsafe fn poll_one(
             .flatten();
         let r = match alone {
             Some(r) => r.map(|v| v as c_int).map_err(|e| Errno(e.0))?,
-            None => cvt(call(ext.as_mut_ptr(), 2, left))?,
+            None => {
+                // (the wait set registers `POLLRDHUP` itself: asked of the kernel only here)
+                ext[1] = with_fin(ext[1]);
+                cvt(call(ext.as_mut_ptr(), 2, left))?
+            }
         };
         let serviced = ext[1].revents != 0;
+        w.reported(ext[1].revents);
         // (true: this call returns below; the wait ends with the round)
         if serviced && w.service_last() {
             // Stream data waits in the engine for this fd's next read: readable.
-            ext[0].revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+            ext[0].revents |= held_bits(sock, p.events);
             // SAFETY: one entry, writable (see above).
             unsafe { fds.write(ext[0]) };
             return Ok(1);
@@ -1085,12 +1143,31 @@ fn reg_socket(reg: &EpollReg) -> Option<ddp_user::DdpSocket> {
     (c.sock.id() == reg.sock).then(|| c.sock.clone())
 }
 
-/// An `EPOLLIN` event for a socket that holds stream data for its reader.
+/// An event for a socket that holds stream data for its reader.
 #[derive(Clone, Copy, Default)]
 struct Held {
     reg: EpollReg,
     /// The socket's received byte count now.
     rx: u64,
+    /// What a TCP socket would report with the data (`ddp_user::Held::events`).
+    events: u32,
+}
+
+impl Held {
+    fn new(reg: EpollReg, h: ddp_user::Held) -> Held {
+        Held {
+            reg,
+            rx: h.rx,
+            events: h.events,
+        }
+    }
+
+    /// The events reported for it: of those a TCP socket would report with the data
+    /// (`EPOLLIN`, and `EPOLLOUT` or `EPOLLRDHUP` with it), the ones the registration asked
+    /// for.
+    fn bits(&self) -> u32 {
+        self.events & self.reg.events
+    }
 }
 
 /// The sockets of `regs` that hold stream data for their reader (`DdpSocket::epoll_held`;
@@ -1102,21 +1179,22 @@ fn held_of(regs: &[(EpollReg, bool)]) -> ([Held; MAX_INLINE], usize) {
         if !alone {
             continue;
         }
-        let Some(rx) = reg_socket(reg).and_then(|s| s.epoll_held()) else {
+        let Some(h) = reg_socket(reg).and_then(|s| s.epoll_held()) else {
             continue;
         };
-        if reg.events & libc::EPOLLET as u32 != 0 && rx == reg.seen_rx {
+        if reg.events & libc::EPOLLET as u32 != 0 && h.rx == reg.seen_rx {
             continue;
         }
-        out[n] = Held { reg: *reg, rx };
+        out[n] = Held::new(*reg, h);
         n += 1;
     }
     (out, n)
 }
 
 /// Adds the `held` events to the `r` events the kernel wrote at `evs`: an entry with the
-/// same data gets `EPOLLIN`, others are appended while there is room (a bad `evs` is left
-/// alone: the kernel never checked the part it did not write). Returns the new count.
+/// same data gets them ([`Held::bits`]: `EPOLLIN`, with `EPOLLOUT` and `EPOLLRDHUP` as a TCP
+/// socket shows them, as asked), others are appended while there is room (a bad `evs` is
+/// left alone: the kernel never checked the part it did not write). Returns the new count.
 ///
 /// # Safety
 /// `evs[..r]` were just written by the kernel; `max` is the caller's (> 0: the kernel took it).
@@ -1128,7 +1206,7 @@ unsafe fn add_held(
     mut r: c_int,
 ) -> c_int {
     for h in held {
-        let bits = h.reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32;
+        let bits = h.bits();
         // SAFETY: the kernel wrote these `r` entries (epoll_event is packed: bytes 4..12 are
         // the data).
         let kernel = unsafe { core::slice::from_raw_parts(evs.cast::<u8>(), r as usize * EV) };
@@ -1197,7 +1275,7 @@ unsafe fn report_held(
         let mut r = 0;
         for h in &held[..max as usize] {
             let e = epoll_event {
-                events: h.reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32,
+                events: h.bits(),
                 u64: h.reg.data,
             };
             // SAFETY: only an address; the write goes to checked memory.
@@ -1289,7 +1367,7 @@ unsafe fn epoll_inline(
         // SAFETY: the caller's arguments.
         return unsafe { epoll_group_wait(epfd, &g, evs, max, timeout, mask, &look) };
     }
-    let mut waits: [Option<(ddp_user::PollWait, bool)>; MAX_INLINE] = Default::default();
+    let mut waits: Waits = Default::default();
     let mut k = 0;
     let (regs, m) = if ddp_user::engine_started() {
         epoll_regs(epfd)
@@ -1306,7 +1384,7 @@ unsafe fn epoll_inline(
             if let Some(sock) = reg_socket(reg)
                 && let Some(w) = sock.poll_wait()
             {
-                waits[k] = Some((w, *alone));
+                waits[k] = Some((w, *alone, *reg));
                 k += 1;
             }
         }
@@ -1328,11 +1406,19 @@ unsafe fn epoll_inline(
     let r = cvt(look(max))?;
     if r > 0 {
         // Input waiting on the TCP fds is served too: an fd that is always ready (EPOLLOUT)
-        // must not keep it waiting (the fds stay with this thread while it comes back).
+        // must not keep it waiting (the fds stay with this thread while it comes back). The
+        // kernel's entries of the sockets served are then a look too early: each gets what
+        // its fd shows now, and held data is added, so that an entry says what a TCP
+        // socket's would (EPOLLIN|EPOLLOUT, not EPOLLOUT alone with the input just in).
         // SAFETY: as above.
-        if unsafe { serve_now(&waits, mask) } {
-            let (held, h_n) = held_of(regs);
+        let served = unsafe { serve_now(&waits, mask) };
+        if served.any {
             // SAFETY: the kernel took `evs`/`max` and wrote `r` entries.
+            unsafe { refresh_served(evs, r, &waits, &served) };
+        }
+        if served.held {
+            let (held, h_n) = held_of(regs);
+            // SAFETY: as above.
             return Ok(unsafe { add_held(epfd, &held[..h_n], evs, max, r) });
         }
         return Ok(r);
@@ -1352,12 +1438,7 @@ unsafe fn epoll_inline(
             revents: 0,
         };
         for (j, w) in waits[..k].iter().flatten().enumerate() {
-            let ev = w.0.events();
-            set[1 + j] = pollfd {
-                fd: if ev != 0 { w.0.tcp_fd() } else { -1 },
-                events: ev,
-                revents: 0,
-            };
+            set[1 + j] = with_fin(tcp_entry(&w.0));
         }
         // (the first wait takes the timeout as given: the deadline was set just before)
         let left = if core::mem::take(&mut first) {
@@ -1371,6 +1452,7 @@ unsafe fn epoll_inline(
         let mut held = false;
         for (j, w) in waits[..k].iter().flatten().enumerate() {
             if set[1 + j].revents != 0 {
+                w.0.reported(set[1 + j].revents);
                 if w.1 {
                     held |= w.0.service();
                 } else {
@@ -1439,8 +1521,8 @@ fn group_held(epfd: c_int) -> Vec<Held> {
     let mut gone = Vec::new();
     for reg in regs {
         match reg_socket(&reg).and_then(|s| s.epoll_held()) {
-            Some(rx) if reg.events & libc::EPOLLET as u32 == 0 || rx != reg.seen_rx => {
-                out.push(Held { reg, rx });
+            Some(h) if reg.events & libc::EPOLLET as u32 == 0 || h.rx != reg.seen_rx => {
+                out.push(Held::new(reg, h));
             }
             Some(_) => {}
             None => gone.push(reg.sock),
@@ -1481,8 +1563,12 @@ unsafe fn epoll_group_wait(
     let mut first = true;
     loop {
         // 1. The input the shadow reports, served here.
+        let mut ready = [(0u64, 0u32); BATCH];
+        let n = g.ready_events(&mut ready);
         let mut ids = [0u64; BATCH];
-        let n = g.ready(&mut ids);
+        for (id, r) in ids.iter_mut().zip(&ready[..n]) {
+            *id = r.0;
+        }
         if n > 0 {
             let mut hold = [false; BATCH];
             if let Some(h) = hints()
@@ -1502,8 +1588,8 @@ unsafe fn epoll_group_wait(
             }
             let mut newly = [0u64; BATCH];
             let mut m = 0;
-            for (&id, &f) in ids[..n].iter().zip(&hold) {
-                if g.service(id, f) && f {
+            for (&(id, events), &f) in ready[..n].iter().zip(&hold) {
+                if g.service_report(id, f, events) && f {
                     newly[m] = id;
                     m += 1;
                 }
@@ -1562,15 +1648,27 @@ unsafe fn epoll_group_wait(
     }
 }
 
-/// Serves the input waiting on the TCP fds of `waits` now (one `ppoll` without waiting);
-/// true if stream data is now held for a reader (see [`ddp_user::PollWait::service`]).
+/// The waits of an inline `epoll_wait` ([`epoll_inline`]): each socket's, with whether its
+/// data may be held for the reader (watched by this epoll fd only), and its registration.
+type Waits = [Option<(ddp_user::PollWait, bool, EpollReg)>; MAX_INLINE];
+
+/// Which of an inline `epoll_wait`'s waits [`serve_now`] served.
+#[derive(Default)]
+struct Served {
+    /// By position in the waits that are there.
+    which: [bool; MAX_INLINE],
+    /// Any of them.
+    any: bool,
+    /// Stream data is now held for a reader (see [`ddp_user::PollWait::service`]).
+    held: bool,
+}
+
+/// Serves the input waiting on the TCP fds of `waits` now (one `ppoll` without waiting).
 ///
 /// # Safety
 /// `mask` is null or valid.
-unsafe fn serve_now(
-    waits: &[Option<(ddp_user::PollWait, bool)>; MAX_INLINE],
-    mask: *const sigset_t,
-) -> bool {
+unsafe fn serve_now(waits: &Waits, mask: *const sigset_t) -> Served {
+    let mut served = Served::default();
     let mut set = [pollfd {
         fd: -1,
         events: 0,
@@ -1578,15 +1676,15 @@ unsafe fn serve_now(
     }; MAX_INLINE];
     let mut k = 0;
     for (p, w) in set.iter_mut().zip(waits.iter().flatten()) {
-        *p = pollfd {
+        *p = with_fin(pollfd {
             fd: w.0.tcp_fd(),
             events: w.0.events() & libc::POLLIN,
             revents: 0,
-        };
+        });
         k += 1;
     }
     if k == 0 {
-        return false;
+        return served;
     }
     // SAFETY: our own array of `k` entries; `mask` as the caller says.
     let n = unsafe {
@@ -1597,19 +1695,67 @@ unsafe fn serve_now(
             mask,
         )
     };
-    let mut held = false;
     if n > 0 {
-        for (p, w) in set.iter().zip(waits.iter().flatten()) {
+        for ((p, w), f) in set
+            .iter()
+            .zip(waits.iter().flatten())
+            .zip(&mut served.which)
+        {
             if p.revents != 0 {
+                w.0.reported(p.revents);
                 if w.1 {
-                    held |= w.0.service();
+                    served.held |= w.0.service();
                 } else {
                     w.0.service_plain();
                 }
+                *f = true;
+                served.any = true;
             }
         }
     }
-    held
+    served
+}
+
+/// The kernel's entries (the `r` at `evs`) of the sockets `served` after the kernel wrote
+/// them get what their fds show now (a zero-timeout `poll` of each, with the registration's
+/// events): the input just served may be in the socketpair. Entries are only added to, never
+/// made: a socket the kernel did not report (a one-shot registration used up, an
+/// edge-triggered one without an edge) is the kernel's to report when it sees its data, and
+/// held data is added by [`add_held`].
+///
+/// # Safety
+/// `evs[..r]` were just written by the kernel.
+unsafe fn refresh_served(evs: *mut epoll_event, r: c_int, waits: &Waits, served: &Served) {
+    // (what `poll` can be asked: the low bits of an epoll registration, less the flags)
+    const POLL_BITS: u32 = 0x7fff;
+    for (w, _) in waits
+        .iter()
+        .flatten()
+        .zip(&served.which)
+        .filter(|(_, f)| **f)
+    {
+        let reg = &w.2;
+        for i in 0..r as usize {
+            // SAFETY: entry `i` of the kernel's `r`, written by it (readable and writable).
+            let (p, mut e) = unsafe { (evs.add(i), evs.add(i).read_unaligned()) };
+            if e.u64 != reg.data {
+                continue;
+            }
+            let mut q = [pollfd {
+                fd: reg.fd,
+                events: (reg.events & POLL_BITS) as i16,
+                revents: 0,
+            }];
+            // SAFETY: our own array of one entry.
+            if unsafe { real::poll(q.as_mut_ptr(), 1, 0) } == 1
+                && q[0].revents & libc::POLLNVAL == 0
+            {
+                e.events |= q[0].revents as u16 as u32;
+                // SAFETY: as above.
+                unsafe { p.write_unaligned(e) };
+            }
+        }
+    }
 }
 
 /// `epoll_wait(2)` with the table in use.

@@ -1398,6 +1398,297 @@ static int c_epoll_held(void)
 	return 0;
 }
 
+/* ---- both ends ready at once ------------------------------------------------------------------ */
+
+/* After each end of a connection wrote a few bytes, the next readiness call reports the input
+ * and the room to write together: EPOLLIN|EPOLLOUT (POLLIN|POLLOUT) for each end in the same
+ * call, as Linux TCP does (data arriving wakes the socket, and a wakeup reports every ready
+ * event, also on an edge-triggered registration); and EPOLLRDHUP with the last data when the
+ * peer's FIN came behind it. Under the library the data may be held for the reader and
+ * reported by the library itself, where the kernel sees no new edge. */
+#define INOUT_ROUNDS 300
+#define INOUT_FRESH 100
+#define INOUT_EV (EPOLLIN | EPOLLOUT | EPOLLRDHUP)
+
+/* Round i's bytes, i from 0: a few, varying. */
+static size_t inout_len(int i, int end) { return 1 + (size_t)((i * 31 + end * 17) % 61); }
+
+/* Both ends write their round's bytes (pattern seed, stream offset off[end]). */
+static int inout_write(const int *fds, uint64_t seed, const uint64_t *off, int i)
+{
+	for (int end = 0; end < 2; end++) {
+		uint8_t b[64];
+		size_t n = inout_len(i, end);
+		xs_fill(b, n, seed + (uint64_t)end, off[end]);
+		ssize_t r;
+		do
+			r = write(fds[end], b, n);
+		while (r < 0 && errno == EINTR);
+		REQE(r == (ssize_t)n, "round %d: write of %zu bytes = %zd", i, n, r);
+	}
+	return 0;
+}
+
+/* End `end` reads the other's bytes of round i, checks them, and finds nothing more (EAGAIN:
+ * the ends are nonblocking; with eof, the end of the stream instead). */
+static int inout_read1(const int *fds, uint64_t seed, uint64_t *off, int i, int end, int eof)
+{
+	int from = 1 - end;
+	size_t n = inout_len(i, from);
+	uint8_t b[64];
+	size_t got = 0;
+	for (int k = 0; k < 1000 && got < n; k++) { /* (bounded: the data was reported) */
+		ssize_t r = read(fds[end], b + got, n - got);
+		if (r > 0)
+			got += (size_t)r;
+		else
+			REQE(r < 0 && (errno == EINTR || errno == EAGAIN),
+			     "round %d: read = %zd after %zu of %zu bytes", i, r, got, n);
+	}
+	REQ(got == n, "round %d: %zu of %zu bytes readable after they were reported", i, got, n);
+	size_t bad;
+	if (xs_check(b, n, seed + (uint64_t)from, off[from], &bad)) {
+		xs_report_mismatch("round's bytes", b, n, seed + (uint64_t)from, off[from], bad);
+		return fail_(__LINE__, 0, 0, "round %d: content mismatch at byte %zu", i, bad);
+	}
+	char x;
+	ssize_t r = read(fds[end], &x, 1);
+	if (eof)
+		REQE(r == 0, "round %d: the end of the stream expected, read = %zd", i, r);
+	else
+		REQE(r < 0 && errno == EAGAIN, "round %d: more than the round's bytes: read = %zd", i, r);
+	off[from] += n;
+	return 0;
+}
+
+static int inout_read(const int *fds, uint64_t seed, uint64_t *off, int i)
+{
+	TRY(inout_read1(fds, seed, off, i, 0, 0));
+	return inout_read1(fds, seed, off, i, 1, 0);
+}
+
+/* One byte each way, each waited for with poll (as a request-response exchange does: under the
+ * library this thread then has the sockets' TCP input for a while). */
+static int inout_ping(const int *fds, int i)
+{
+	for (int end = 0; end < 2; end++) {
+		char x = (char)('a' + end), y = 0;
+		REQE(write(fds[end], &x, 1) == 1, "round %d: write of one byte", i);
+		REQ(wait_ev(fds[1 - end], POLLIN, WAIT_MS) > 0, "round %d: one byte not readable", i);
+		REQE(read(fds[1 - end], &y, 1) == 1 && y == x, "round %d: one byte: read '%c'", i, y);
+		REQE(read(fds[1 - end], &y, 1) < 0 && errno == EAGAIN, "round %d: more than one byte", i);
+	}
+	return 0;
+}
+
+/* One-shot (with oneshot): both ends' registrations re-armed with reg. */
+static int inout_rearm(int ep, const int *fds, uint32_t reg, int oneshot)
+{
+	for (int end = 0; oneshot && end < 2; end++) {
+		struct epoll_event ev = { .events = reg, .data.u64 = 0xe0 + (uint64_t)end };
+		REQE(epoll_ctl(ep, EPOLL_CTL_MOD, fds[end], &ev) == 0, "epoll_ctl(MOD) re-arm");
+	}
+	return 0;
+}
+
+/* The first entry for each end in out[0..n): events[end], or 0; false if an end has two. */
+static int inout_events(const struct epoll_event *out, int n, uint32_t *events)
+{
+	for (int end = 0; end < 2; end++)
+		if (entries_of(out, n, 0xe0 + (uint64_t)end, &events[end]) > 1)
+			return 0;
+	return 1;
+}
+
+enum inout_mode { INOUT_LT, INOUT_ET, INOUT_ONESHOT };
+
+/* epoll, both ends in one set (level- or edge-triggered, or one-shot and re-armed before each
+ * round): the call after both wrote reports EPOLLIN|EPOLLOUT for each end, without
+ * EPOLLRDHUP; level-triggered, the call before reports EPOLLOUT alone. First the same with a
+ * new epoll set for each round, made after a poll-paced exchange and the writes (under
+ * EXSOCK_EPOLL_INLINE=0 each is a new epoll group, which takes the sockets' TCP input over
+ * from wherever it is). Last, one end writes and shuts down: EPOLLIN|EPOLLOUT|EPOLLRDHUP on
+ * the other at once. */
+static int inout_epoll(enum inout_mode mode)
+{
+	int fds[2];
+	TRY(mkpair(&fds[0], &fds[1]));
+	TRY(set_nonblock(fds[0], 1));
+	TRY(set_nonblock(fds[1], 1));
+	const int et = mode == INOUT_ET, oneshot = mode == INOUT_ONESHOT;
+	const uint32_t reg = INOUT_EV | (et ? EPOLLET : 0) | (oneshot ? EPOLLONESHOT : 0);
+	const char *how = et ? "edge-triggered" : oneshot ? "one-shot" : "level-triggered";
+	struct epoll_event out[8];
+	uint32_t e[2];
+	uint64_t seed = xs_seed(0x10, 0x0e, (uint64_t)mode), off[2] = { 0, 0 };
+	/* new sets */
+	for (int i = 0; i < INOUT_FRESH; i++) {
+		TRY(inout_ping(fds, i));
+		if (i % 2)
+			sleep_ms(3); /* pacing: the library gives the TCP input back to its progress
+				      * thread (docs/engine.md LAZY_REARM), which then sees the data */
+		TRY(inout_write(fds, seed, off, i));
+		int ep = epoll_create1(EPOLL_CLOEXEC);
+		REQE(ep >= 0, "epoll_create1");
+		for (int end = 0; end < 2; end++) {
+			struct epoll_event ev = { .events = reg, .data.u64 = 0xe0 + (uint64_t)end };
+			REQE(epoll_ctl(ep, EPOLL_CTL_ADD, fds[end], &ev) == 0, "epoll_ctl(ADD)");
+		}
+		int n = epoll_wait(ep, out, 8, WAIT_MS);
+		REQE(n >= 0, "new set %d: epoll_wait", i);
+		REQ(inout_events(out, n, e) && e[0] == (EPOLLIN | EPOLLOUT) && e[1] == (EPOLLIN | EPOLLOUT),
+		    "%s, new set %d: the first call reports 0x%x and 0x%x (expected EPOLLIN|EPOLLOUT for "
+		    "each, once)", how, i, e[0], e[1]);
+		TRY(inout_read(fds, seed, off, i));
+		close(ep);
+	}
+	/* one set */
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	REQE(ep >= 0, "epoll_create1");
+	for (int end = 0; end < 2; end++) {
+		struct epoll_event ev = { .events = reg, .data.u64 = 0xe0 + (uint64_t)end };
+		REQE(epoll_ctl(ep, EPOLL_CTL_ADD, fds[end], &ev) == 0, "epoll_ctl(ADD)");
+	}
+	if (et) { /* the first edge: both writable */
+		int seen[2] = { 0, 0 };
+		uint64_t dl = xs_deadline(WAIT_MS);
+		while (!(seen[0] && seen[1]) && xs_ms_left(dl) > 0) {
+			int n = epoll_wait(ep, out, 8, xs_ms_left(dl));
+			REQE(n >= 0 || errno == EINTR, "epoll_wait (first edge)");
+			for (int end = 0; end < 2; end++) {
+				uint32_t ev;
+				if (entries_of(out, n, 0xe0 + (uint64_t)end, &ev) > 0 && (ev & EPOLLOUT))
+					seen[end] = 1;
+			}
+		}
+		REQ(seen[0] && seen[1], "%s: the first EPOLLOUT edge missing (%d %d)", how, seen[0], seen[1]);
+	}
+	int extra = 0, i;
+	for (i = INOUT_FRESH; i < INOUT_FRESH + INOUT_ROUNDS; i++) {
+		int n = epoll_wait(ep, out, 8, 0);
+		REQE(n >= 0, "round %d: epoll_wait(0) before the writes", i);
+		if (et)
+			extra += n; /* (an edge with nothing new: not TCP's, and harmless) */
+		else if (!oneshot || i == INOUT_FRESH) /* (one-shot: armed by the ADD) */
+			REQ(n == 2 && inout_events(out, n, e) && e[0] == EPOLLOUT && e[1] == EPOLLOUT,
+			    "%s round %d: nothing to read, %d entries, events 0x%x and 0x%x (expected "
+			    "EPOLLOUT for each)", how, i, n, e[0], e[1]);
+		else
+			REQ(n == 0, "one-shot round %d: %d entries, not re-armed", i, n);
+		TRY(inout_rearm(ep, fds, reg, oneshot));
+		TRY(inout_write(fds, seed, off, i));
+		n = epoll_wait(ep, out, 8, WAIT_MS);
+		REQE(n >= 0, "round %d: epoll_wait after the writes", i);
+		REQ(inout_events(out, n, e) && e[0] == (EPOLLIN | EPOLLOUT) && e[1] == (EPOLLIN | EPOLLOUT),
+		    "%s round %d: the call after both wrote reports 0x%x and 0x%x (expected "
+		    "EPOLLIN|EPOLLOUT for each, once)", how, i, e[0], e[1]);
+		TRY(inout_read(fds, seed, off, i));
+	}
+	/* the last bytes and the FIN behind them */
+	TRY(inout_rearm(ep, fds, reg, oneshot));
+	TRY(inout_write(fds, seed, off, i));
+	REQE(shutdown(fds[1], SHUT_WR) == 0, "shutdown(SHUT_WR)");
+	int n = epoll_wait(ep, out, 8, WAIT_MS);
+	REQE(n >= 0, "epoll_wait after the peer's shutdown");
+	REQ(inout_events(out, n, e) && e[0] == (EPOLLIN | EPOLLOUT | EPOLLRDHUP),
+	    "%s: data and the peer's FIN: the next call reports 0x%x (expected "
+	    "EPOLLIN|EPOLLOUT|EPOLLRDHUP, once)", how, e[0]);
+	TRY(inout_read1(fds, seed, off, i, 0, 1));
+	TRY(inout_read1(fds, seed, off, i, 1, 0));
+	if (et)
+		note("%s: %d rounds, %d edges with nothing new", how, INOUT_FRESH + INOUT_ROUNDS, extra);
+	close(ep);
+	close(fds[0]);
+	close(fds[1]);
+	return 0;
+}
+
+static int c_epoll_inout_et(void) { return inout_epoll(INOUT_ET); }
+static int c_epoll_inout_lt(void) { return inout_epoll(INOUT_LT); }
+static int c_epoll_inout_oneshot(void) { return inout_epoll(INOUT_ONESHOT); }
+
+/* poll of both ends (an array on this thread's stack, or on the heap: the library reads the
+ * former itself), of each end alone, and select: the call after both wrote reports
+ * POLLIN|POLLOUT for each end; the call before, POLLOUT alone. Last, one end writes and shuts
+ * down: POLLIN|POLLOUT|POLLRDHUP on the other at once. */
+static int c_poll_inout(void)
+{
+	int fds[2];
+	TRY(mkpair(&fds[0], &fds[1]));
+	TRY(set_nonblock(fds[0], 1));
+	TRY(set_nonblock(fds[1], 1));
+	struct pollfd *heap = calloc(2, sizeof *heap);
+	REQ(heap, "calloc");
+	const char *names[5] = { "poll (stack array)", "poll (heap array)", "poll of one fd (stack)",
+				 "poll of one fd (heap)", "select" };
+	const short asked = POLLIN | POLLOUT | POLLRDHUP;
+	uint64_t seed = xs_seed(0x10, 0x0e, 2), off[2] = { 0, 0 };
+	int i;
+	for (i = 0; i < INOUT_ROUNDS + 5; i++) {
+		int last = i == INOUT_ROUNDS + 4, how = last ? 3 : i % 5; /* (poll of one fd, heap) */
+		for (int after = 0; after < 2; after++) {
+			short want = after ? POLLIN | POLLOUT : POLLOUT;
+			short got[2] = { 0, 0 };
+			if (after)
+				TRY(inout_write(fds, seed, off, i));
+			if (after && last) {
+				REQE(shutdown(fds[1], SHUT_WR) == 0, "shutdown(SHUT_WR)");
+				want |= POLLRDHUP;
+			}
+			int ms = after ? WAIT_MS : 0;
+			if (how < 2) {
+				struct pollfd stack[2];
+				struct pollfd *p = how ? heap : stack;
+				for (int end = 0; end < 2; end++)
+					p[end] = (struct pollfd){ .fd = fds[end], .events = asked };
+				int n = poll(p, 2, ms);
+				REQE(n >= 0, "%s round %d: poll", names[how], i);
+				got[0] = p[0].revents;
+				got[1] = p[1].revents;
+			} else if (how < 4) {
+				for (int end = 0; end < 2; end++) {
+					struct pollfd stack[1];
+					struct pollfd *p = how == 3 ? heap : stack;
+					p[0] = (struct pollfd){ .fd = fds[end], .events = asked };
+					int n = poll(p, 1, ms);
+					REQE(n >= 0, "%s round %d: poll", names[how], i);
+					got[end] = p[0].revents;
+				}
+			} else {
+				fd_set rs, ws;
+				FD_ZERO(&rs);
+				FD_ZERO(&ws);
+				for (int end = 0; end < 2; end++) {
+					FD_SET(fds[end], &rs);
+					FD_SET(fds[end], &ws);
+				}
+				struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+				int n = select((fds[0] > fds[1] ? fds[0] : fds[1]) + 1, &rs, &ws, NULL, &tv);
+				REQE(n >= 0, "select round %d", i);
+				for (int end = 0; end < 2; end++)
+					got[end] = (short)((FD_ISSET(fds[end], &rs) ? POLLIN : 0) |
+							   (FD_ISSET(fds[end], &ws) ? POLLOUT : 0));
+			}
+			REQ(got[0] == want,
+			    "%s round %d, %s both wrote%s: end 0 revents 0x%x, expected 0x%x", names[how], i,
+			    after ? "after" : "before", last ? " (and end 1 shut down)" : "", got[0], want);
+			if (!last)
+				REQ(got[1] == want,
+				    "%s round %d, %s both wrote: end 1 revents 0x%x, expected 0x%x", names[how],
+				    i, after ? "after" : "before", got[1], want);
+		}
+		if (last) {
+			TRY(inout_read1(fds, seed, off, i, 0, 1));
+			TRY(inout_read1(fds, seed, off, i, 1, 0));
+		} else
+			TRY(inout_read(fds, seed, off, i));
+	}
+	free(heap);
+	close(fds[0]);
+	close(fds[1]);
+	return 0;
+}
+
 static int c_epoll_nested(void)
 {
 	int c, s;
@@ -3223,6 +3514,10 @@ static const struct tcase cases[] = {
 	{ "epoll-oneshot", c_epoll_oneshot, "EPOLLONESHOT: disarmed after one event, re-armed by MOD" },
 	{ "epoll-rdhup", c_epoll_rdhup, "EPOLLRDHUP on the peer's shutdown(SHUT_WR), data then EOF" },
 	{ "epoll-held", c_epoll_held, "epoll with data kept for the reader: one entry per fd, LT/ET, turns, reused fd" },
+	{ "epoll-inout-et", c_epoll_inout_et, "epoll edge-triggered, both ends write: the next call reports EPOLLIN|EPOLLOUT for each" },
+	{ "epoll-inout-lt", c_epoll_inout_lt, "epoll level-triggered, both ends write: the next call reports EPOLLIN|EPOLLOUT for each" },
+	{ "epoll-inout-oneshot", c_epoll_inout_oneshot, "EPOLLONESHOT re-armed, both ends write: the next call reports EPOLLIN|EPOLLOUT for each" },
+	{ "poll-inout", c_poll_inout, "poll (stack and heap arrays, one fd or two) and select, both ends write: the next call reports POLLIN|POLLOUT for each" },
 	{ "epoll-nested", c_epoll_nested, "an epoll fd inside an epoll fd" },
 	{ "nb-connect", c_nb_connect, "nonblocking connect: EINPROGRESS, writable, SO_ERROR 0, data" },
 	{ "nb-connect-refused", c_nb_connect_refused, "nonblocking connect to a closed port: ECONNREFUSED" },

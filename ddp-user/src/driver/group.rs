@@ -29,7 +29,7 @@ use std::time::Duration;
 use super::{
     ConnState, Engine, FORK_GEN, KIND_TCP, KIND_WAKE, LAZY, Shared, engine, lock, move_high,
 };
-use crate::driver::socket::DdpSocket;
+use crate::driver::socket::{DdpSocket, read_to_fin};
 use crate::sys::{self, Errno};
 
 /// How long the progress thread leaves a group alone after the last application thread left
@@ -49,6 +49,10 @@ pub(crate) struct Group {
     engine: &'static Engine,
     fork_gen: u64,
     st: Mutex<GroupState>,
+    /// Held by the progress thread while it serves the group's sockets ([`Group::on_event`]),
+    /// taken and let go by a thread that starts waiting ([`EpollGroup::enter`]): once it
+    /// has it, no input the progress thread read is on its way to a socketpair still.
+    serving: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -89,6 +93,8 @@ impl Group {
     /// The progress thread's event for the shadow: serve its sockets unless an application
     /// thread is on it.
     pub(crate) fn on_event(&self) {
+        // (before the check: see `serving`)
+        let _serving = lock(&self.serving);
         {
             let mut gs = lock(&self.st);
             gs.armed = false;
@@ -103,7 +109,7 @@ impl Group {
                 let (data, events) = (ev.u64, ev.events);
                 let sh = lock(&self.engine.conns).get(&(data >> 2)).cloned();
                 if let Some(sh) = sh {
-                    sh.on_event(KIND_TCP, events);
+                    sh.on_event(KIND_TCP, events, true);
                 }
             }
             if n < evs.len() {
@@ -177,6 +183,7 @@ impl EpollGroup {
                 armed: true,
                 ..GroupState::default()
             }),
+            serving: Mutex::new(()),
         });
         lock(&engine.groups).insert(id, g.clone());
         if let Err(e) = sys::epoll_ctl(
@@ -231,33 +238,53 @@ impl EpollGroup {
     }
 
     /// An application thread starts waiting on the group (until the visit is dropped).
+    ///
+    /// If the progress thread is serving the group's sockets, this waits until it is done:
+    /// input it has read from a TCP fd is in no TCP fd the caller looks at and in no
+    /// socketpair yet, and a level-triggered wait that then asked the kernel would report an
+    /// always-ready `EPOLLOUT` without the `EPOLLIN` a TCP socket shows with it. Once the
+    /// count says a thread is inside, the progress thread starts no such round.
     pub fn enter(&self) -> GroupVisit<'_> {
         let g = &*self.g;
-        let mut gs = lock(&g.st);
-        gs.inside += 1;
-        if gs.armed
-            && sys::epoll_ctl(
-                g.engine.epfd,
-                libc::EPOLL_CTL_MOD,
-                g.shadow,
-                libc::EPOLLONESHOT as u32,
-                g.id << 2 | KIND_WAKE,
-            )
-            .is_ok()
         {
-            gs.armed = false;
+            let mut gs = lock(&g.st);
+            gs.inside += 1;
+            if gs.armed
+                && sys::epoll_ctl(
+                    g.engine.epfd,
+                    libc::EPOLL_CTL_MOD,
+                    g.shadow,
+                    libc::EPOLLONESHOT as u32,
+                    g.id << 2 | KIND_WAKE,
+                )
+                .is_ok()
+            {
+                gs.armed = false;
+            }
         }
+        drop(lock(&g.serving));
         GroupVisit { g }
     }
 
     /// The sockets whose TCP fd the shadow reports ready now (ids, at most `out.len()`; their
     /// interest is used up: [`EpollGroup::service`] each).
     pub fn ready(&self, out: &mut [u64]) -> usize {
+        let mut evs = [(0, 0); 64];
+        let n = self.ready_events(&mut evs[..out.len().min(64)]);
+        for (o, e) in out.iter_mut().zip(&evs[..n]) {
+            *o = e.0;
+        }
+        n
+    }
+
+    /// [`EpollGroup::ready`], with the events of each report (epoll bits: `EPOLLRDHUP` when
+    /// the peer's FIN is in; [`EpollGroup::service_report`] each).
+    pub fn ready_events(&self, out: &mut [(u64, u32)]) -> usize {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
         let want = out.len().min(evs.len());
         let n = sys::epoll_wait(self.g.shadow, &mut evs[..want], Some(Duration::ZERO)).unwrap_or(0);
         for (o, ev) in out.iter_mut().zip(&evs[..n]) {
-            *o = ev.u64 >> 2;
+            *o = (ev.u64 >> 2, ev.events);
         }
         n
     }
@@ -269,6 +296,12 @@ impl EpollGroup {
     /// when the socket is gone or another application thread is inside on it (and reads the
     /// input itself).
     pub fn service(&self, id: u64, may_hold: bool) -> bool {
+        self.service_report(id, may_hold, 0)
+    }
+
+    /// [`EpollGroup::service`] of a report with `events` ([`EpollGroup::ready_events`]): one
+    /// that shows the peer's FIN reads on up to it, as [`crate::PollWait::reported`] says.
+    pub fn service_report(&self, id: u64, may_hold: bool, events: u32) -> bool {
         let Some(sh) = lock(&self.g.engine.conns).get(&id).cloned() else {
             return false;
         };
@@ -286,7 +319,11 @@ impl EpollGroup {
             sh.disarm_tcp(&mut st);
             return false;
         }
-        sh.serve_round(&mut st, may_hold, true)
+        let held = sh.serve_round(&mut st, may_hold, true);
+        if events & libc::EPOLLRDHUP as u32 != 0 {
+            read_to_fin(&sh, &mut st);
+        }
+        held
     }
 }
 

@@ -608,7 +608,7 @@ impl Engine {
                 }
                 let sh = lock(&self.conns).get(&(data >> 2)).cloned();
                 if let Some(sh) = sh {
-                    sh.on_event(kind, events);
+                    sh.on_event(kind, events, false);
                 }
             }
         }
@@ -1045,10 +1045,19 @@ impl Shared {
         st.hold
     }
 
-    /// A one-shot epoll event for this socket, on the progress thread.
-    fn on_event(&self, kind: u64, events: u32) {
+    /// A one-shot epoll event for this socket, on the progress thread (`shadow`: a TCP event
+    /// from an epoll group's shadow, else from the progress thread's own set).
+    fn on_event(&self, kind: u64, events: u32, shadow: bool) {
         let mut st = self.lock();
         if st.finalized {
+            return;
+        }
+        if kind == KIND_TCP && st.group.is_some() != shadow {
+            // Stale: the TCP fd moved into a group's shadow (or out of it) after the report,
+            // and the set that has it now reports the input. Read here, the input would be
+            // on its way to the socketpair while a thread waiting on the group looks for it
+            // in neither place (it does not take the socket's lock): its `epoll_wait` would
+            // answer `EPOLLOUT` alone where TCP answers `EPOLLIN|EPOLLOUT`.
             return;
         }
         let read_input = if kind == KIND_TCP {
@@ -1130,12 +1139,19 @@ impl Shared {
             } else {
                 libc::EPOLLONESHOT as u32
             };
+            // (and `EPOLLRDHUP` with the input in a shadow: its report says when the peer's
+            // FIN is in, `EpollGroup::ready_events`; a FIN keeps the fd readable anyway)
+            let fin = if st.group.is_some() && want & libc::EPOLLIN as u32 != 0 {
+                libc::EPOLLRDHUP as u32
+            } else {
+                0
+            };
             if want != st.tcp_armed
                 && sys::epoll_ctl(
                     tcp_ep,
                     libc::EPOLL_CTL_MOD,
                     self.tcp_fd,
-                    want | once,
+                    want | once | fin,
                     self.id << 2 | KIND_TCP,
                 )
                 .is_ok()

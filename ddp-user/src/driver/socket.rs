@@ -304,6 +304,8 @@ pub struct PollWait {
     left: core::cell::Cell<bool>,
     /// The wait has the socket's wait set ([`PollWait::wait_alone`]).
     solo: bool,
+    /// The report the next service answers showed the peer's FIN ([`PollWait::reported`]).
+    fin: core::cell::Cell<bool>,
 }
 
 /// What `poll` does with a socket it is asked `POLLIN` of ([`DdpSocket::poll_enter`]).
@@ -357,6 +359,11 @@ pub fn release_lazy_besides<'a>(waits: impl IntoIterator<Item = &'a PollWait>) {
 }
 
 impl PollWait {
+    /// The socket waited on.
+    pub fn socket(&self) -> &DdpSocket {
+        &self.sock
+    }
+
     /// The TCP fd to add to the poll set.
     pub fn tcp_fd(&self) -> RawFd {
         self.sock.sh().tcp_fd
@@ -440,6 +447,9 @@ impl PollWait {
         let mut st = sh.lock();
         // (one re-arm, after the round or as this thread leaves, not one for each)
         let held = sh.serve_round(&mut st, true, false);
+        if self.fin.take() {
+            read_to_fin(sh, &mut st);
+        }
         if held {
             self.left.set(true);
             leave_poll(sh, &mut st, self.solo);
@@ -454,7 +464,32 @@ impl PollWait {
 
     fn service_as(&self, may_hold: bool) -> bool {
         let sh = self.sock.sh();
-        sh.serve_round(&mut sh.lock(), may_hold, true)
+        let mut st = sh.lock();
+        let held = sh.serve_round(&mut st, may_hold, true);
+        if self.fin.take() {
+            read_to_fin(sh, &mut st);
+        }
+        held
+    }
+
+    /// What the poll set reported for [`PollWait::tcp_fd`] (its `revents`), before the
+    /// service that answers it: a report with `POLLRDHUP` (asked for with the input, or the
+    /// wait set's own) says that the peer's FIN is in, and that round reads on up to it, so
+    /// that the stream's end is known with the data it came behind ([`read_to_fin`]).
+    pub fn reported(&self, revents: i16) {
+        self.fin.set(revents & libc::POLLRDHUP != 0);
+    }
+}
+
+/// After a round served a report of the TCP fd that showed the peer's FIN (`POLLRDHUP`):
+/// the input is read on up to the end (one `recv` more, once in a connection), so that the
+/// end is recorded with the data the round held for its reader and the report answers
+/// `EPOLLRDHUP` with its `EPOLLIN`, as a TCP socket's would ([`held_events`]). Not while the
+/// input is announced to the reader (its FPDU stays in the kernel for its `recv`; the end is
+/// then read after it, and reported with the next report).
+pub(crate) fn read_to_fin(sh: &Shared, st: &mut ConnState) {
+    if !st.rx_done() && !st.announced && !st.finalized && st.is_open() {
+        sh.progress(st, None, true);
     }
 }
 
@@ -485,6 +520,55 @@ fn leave_poll(sh: &Shared, st: &mut ConnState, solo: bool) {
 /// [`DdpSocket::epoll_held`]).
 fn held_for_reader(st: &ConnState) -> bool {
     st.hold && (!st.backlog.is_empty() || st.announced) && !st.rd_shut && !st.finalized
+}
+
+/// Stream data held for a socket's reader, as `epoll_wait` reports it
+/// ([`DdpSocket::epoll_held`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// The count of stream bytes received so far, plus one once the stream's end has been
+    /// read: it changes with every arrival, which is the edge an edge-triggered registration
+    /// reports.
+    pub rx: u64,
+    /// The events a TCP socket would report with this data ([`held_events`]; epoll bits, to be
+    /// masked with what a registration asked for).
+    pub events: u32,
+}
+
+/// The events a TCP socket shows when the data held for its reader has arrived (epoll bits):
+/// a wakeup of a TCP socket's wait queue reports its whole state, so a registration that asked for `EPOLLOUT` too sees `EPOLLIN|EPOLLOUT` in
+/// one entry (also edge-triggered), where the kernel, which never saw the held data, has no
+/// new edge on the app fd to report.
+/// - `EPOLLIN|EPOLLRDNORM` always.
+/// - `EPOLLRDHUP` once the engine has read the stream's end behind the data (a round whose
+///   report showed the FIN reads up to it: [`read_to_fin`]). The socketpair shows it only
+///   once the backlog has gone; TCP as soon as the FIN is in.
+/// - `EPOLLOUT|EPOLLWRNORM` (TCP's bits: no `EPOLLWRBAND`) while the app end is writable:
+///   not while the back-pressure token is in (`ConnState::press`), the kernel's word on it
+///   after a send spilled into the socketpair, else writable (our choice: bytes the
+///   application wrote with raw system calls and the engine has not read yet are not looked
+///   for; they would have to fill a quarter of the socketpair's send buffer to matter).
+fn held_events(sh: &Shared, st: &ConnState) -> u32 {
+    let mut ev = (libc::EPOLLIN | libc::EPOLLRDNORM) as u32;
+    if st.rx_done() {
+        ev |= libc::EPOLLRDHUP as u32;
+    }
+    let writable = if st.pressed {
+        false
+    } else if st.spilled {
+        let mut p = [libc::pollfd {
+            fd: sh.app_end,
+            events: libc::POLLOUT,
+            revents: 0,
+        }];
+        sys::poll(&mut p, Some(Duration::ZERO)).is_ok() && p[0].revents & libc::POLLOUT != 0
+    } else {
+        true
+    };
+    if writable {
+        ev |= (libc::EPOLLOUT | libc::EPOLLWRNORM) as u32;
+    }
+    ev
 }
 
 /// What an inline waiter polls the TCP fd for on an open connection.
@@ -899,10 +983,9 @@ impl DdpSocket {
     }
 
     /// For `epoll_wait` on a set that watches this socket for input (and nothing else does):
-    /// as [`DdpSocket::poll_held`], with the count of stream bytes received so far when data
-    /// is held (it changes with every arrival: what an edge-triggered registration reports;
-    /// None: nothing held).
-    pub fn epoll_held(&self) -> Option<u64> {
+    /// as [`DdpSocket::poll_held`], with what the caller reports for the held data (None:
+    /// nothing held). The hold goes on, its timer restarted.
+    pub fn epoll_held(&self) -> Option<Held> {
         let sh = self.sh();
         if sh.in_child() {
             return None;
@@ -911,9 +994,30 @@ impl DdpSocket {
         st.poll_reader = true;
         if held_for_reader(&st) {
             sh.note_hold(&mut st);
-            Some(st.bytes_rx + st.announces)
+            Some(Held {
+                rx: st.bytes_rx + st.announces + u64::from(st.rx_done()),
+                events: held_events(sh, &st),
+            })
         } else {
             None
+        }
+    }
+
+    /// For `poll`/`ppoll` on a socket that [`DdpSocket::poll_enter`] or
+    /// [`PollWait::service_last`] found holding stream data: the `poll` events a TCP socket
+    /// would show with that data's `POLLIN` ([`Held::events`] as `poll` bits). 0 if nothing
+    /// is held now.
+    pub fn poll_held_events(&self) -> i16 {
+        let sh = self.sh();
+        if sh.in_child() {
+            return 0;
+        }
+        let st = sh.lock();
+        if held_for_reader(&st) {
+            // (the epoll and poll bits of these events have the same values)
+            held_events(sh, &st) as i16
+        } else {
+            0
         }
     }
 
@@ -970,6 +1074,7 @@ impl DdpSocket {
             held: st.hold_until.is_some(),
             left: core::cell::Cell::new(false),
             solo,
+            fin: core::cell::Cell::new(false),
         };
         drop(st);
         Some(w)

@@ -215,8 +215,14 @@ impl WaitSet {
             }
             if let Some(i) = roles.iter().position(|&x| x as u64 == e.u64) {
                 // (epoll reports what was asked, plus EPOLLERR and EPOLLHUP, as poll does;
-                // and the TCP fd's EPOLLRDHUP, which is ours)
-                let asked = fds[i].events | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
+                // and the TCP fd's EPOLLRDHUP, which is ours: passed on, it tells the
+                // caller's round that the peer's FIN is in, `PollWait::reported`)
+                let ours = if roles[i] == Role::Tcp {
+                    libc::POLLRDHUP
+                } else {
+                    0
+                };
+                let asked = fds[i].events | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL | ours;
                 fds[i].revents = e.events as u16 as i16 & asked;
             }
         }
@@ -370,13 +376,15 @@ mod tests {
         let (tcp, app) = (Pair::new(), Pair::new());
         sys::write(tcp.1, b"last").unwrap();
         sys::shutdown(tcp.1, libc::SHUT_WR).unwrap();
-        // (the FIN's EPOLLRDHUP is the set's own: not in the caller's revents)
-        assert_eq!(wait(&ws, tcp.0, app.0, 5000), [IN, 0]);
+        // (the FIN's EPOLLRDHUP, which the set asks for itself, is passed on for the TCP fd:
+        // the caller's round reads up to the FIN, `PollWait::reported`)
+        const END: i16 = IN | libc::POLLRDHUP;
+        assert_eq!(wait(&ws, tcp.0, app.0, 5000), [END, 0]);
         assert_eq!(read_all(&ws, tcp.0), 4);
-        assert_eq!(wait(&ws, tcp.0, app.0, 5000), [IN, 0]);
+        assert_eq!(wait(&ws, tcp.0, app.0, 5000), [END, 0]);
         let mut buf = [0u8; 8];
         assert_eq!(sys::recv(tcp.0, &mut buf, libc::MSG_DONTWAIT), Ok(0));
-        assert_eq!(wait(&ws, tcp.0, app.0, 5000), [IN, 0]);
+        assert_eq!(wait(&ws, tcp.0, app.0, 5000), [END, 0]);
     }
 
     #[test]
