@@ -2052,6 +2052,13 @@ unsafe fn routed_epoll_ctl(
 ) -> Result<c_int, Errno> {
     // SAFETY: forwarded unchanged.
     let r = cvt(unsafe { real::epoll_ctl(epfd, op, fd, ev) })?;
+    if op != libc::EPOLL_CTL_DEL
+        && let Ok(Some(l)) = route::entry_of(h)
+        && l.conn().is_none()
+    {
+        // (a DDP listener watched by a forked child: see `listen::watched`)
+        crate::ddp::listen::watched(&l, fd);
+    }
     // The kernel accepted it: for ADD/MOD `ev` was read and is valid.
     let e = (op != libc::EPOLL_CTL_DEL && !ev.is_null())
         // SAFETY: see above.

@@ -17,6 +17,8 @@ Cases (all content-checked, all loops bounded in count and time):
   reader     a thread reads the socket (select + recv) while another is in connect(); the server
              accepts, sends a known message and closes: the reader sees only that message
   oob        send(MSG_OOB) gives EOPNOTSUPP on a DDP socket (TCP: sent)
+  forked     a listener made before a fork, closed at once by the parent (as a daemon's parent
+             that exits): the child waits with epoll, accepts and echoes; rounds in a row
 Prints "ok: ..." and exits 0, or prints what failed and exits 1.
 """
 
@@ -396,6 +398,53 @@ def case_oob(ddp):
     return "send(MSG_OOB): %s" % res
 
 
+def case_forked(rounds):
+    for rnd in range(rounds):
+        ls = listener(16)
+        addr = ls.getsockname()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                ep = select.epoll()
+                ep.register(ls.fileno(), select.EPOLLIN)
+                if ep.poll(10):
+                    conn, _ = ls.accept()
+                    conn.settimeout(10)
+                    data = b""
+                    while len(data) < 1000:
+                        b = conn.recv(4096)
+                        if not b:
+                            break
+                        data += b
+                    conn.sendall(data[::-1])
+                    conn.close()
+                    code = 0
+            finally:
+                os._exit(code)
+        ls.close()  # the parent lets go of the listener (its acceptor with it)
+        c = tcp_socket()
+        c.settimeout(10)
+        msg = payload(1000, rnd)
+        try:
+            c.connect(addr)
+            c.sendall(msg)
+            got = b""
+            while len(got) < len(msg):
+                b = c.recv(4096)
+                if not b:
+                    break
+                got += b
+        finally:
+            c.close()
+            _, status = os.waitpid(pid, 0)
+        if got != msg[::-1]:
+            raise AssertionError("round %d: the child echoed %d bytes, not the 1000 sent" % (rnd, len(got)))
+        if status != 0:
+            raise AssertionError("round %d: the child exited with %#x" % (rnd, status))
+    return "%d rounds: a forked child served a listener its parent had closed" % rounds
+
+
 def main():
     global SOCKOPT
     ap = argparse.ArgumentParser()
@@ -403,7 +452,7 @@ def main():
     ap.add_argument("--ddp", action="store_true", help="the sockets are DDP sockets (rules or --sockopt)")
     ap.add_argument("--iterations", type=int, default=1000)
     ap.add_argument("--clients", type=int, default=100)
-    ap.add_argument("cases", nargs="*", default=["close", "backlog", "epollet", "reader", "oob"])
+    ap.add_argument("cases", nargs="*", default=["close", "backlog", "epollet", "reader", "oob", "forked"])
     a = ap.parse_args()
     SOCKOPT = a.sockopt
     ddp = a.ddp or a.sockopt
@@ -422,6 +471,8 @@ def main():
                 r = case_reader(a.iterations)
             elif name == "oob":
                 r = case_oob(ddp)
+            elif name == "forked":
+                r = case_forked(20)
             else:
                 raise SystemExit("unknown case %s" % name)
             out.append("%s: %s (%.1f s)" % (name, r, time.monotonic() - t0))

@@ -16,8 +16,9 @@
 //!   closed.
 //!
 //! A forked child that has the listener takes connections from the same stand-in (the
-//! message carries the connection's TCP socket); its first `accept` also starts its own
-//! acceptor on the TCP listener, so the listener keeps serving when the parent is gone.
+//! message carries the connection's TCP socket); its first `accept` or `epoll_ctl` of the
+//! listener also starts its own acceptor on the TCP listener, so the listener keeps serving
+//! when the parent is gone.
 //! A program started with `exec` that inherits the listener sees only the stand-in (docs/rules.md,
 //! LIMITATIONS).
 
@@ -329,6 +330,20 @@ pub unsafe fn accept(
             }
         }
     }
+}
+
+/// A forked child shows that it waits for connections of listener `fd` (`epoll_ctl` of it,
+/// before any `accept`): its own acceptor serves the listener too, so that a child whose
+/// parent has exited (a daemon) is not left waiting on a stand-in nobody fills.
+pub fn watched(r: &Ref, fd: c_int) {
+    let s = match r.pending() {
+        Some(p) => match &p.standin {
+            Some(s) if s.served.pid != ddp_user::sys::getpid() => s.clone(),
+            _ => return,
+        },
+        None => return,
+    };
+    serve_in_child(r, &s, fd);
 }
 
 /// In a forked child: its own acceptor on the TCP listener too (the parent's may be gone).
