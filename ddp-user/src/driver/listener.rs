@@ -20,12 +20,13 @@
 //! them. A message is only taken with the listener's random secret, so nothing another local
 //! process connects to the stand-in is ever taken for a connection.
 //!
-//! Bounds (our choices): the stand-in's backlog is the application's; the acceptor keeps up to
-//! that many more plus [`IN_FLIGHT_MAX`] connections in the background (in their exchange, or
-//! established and waiting for room in the stand-in), so that clients' `connect`s complete
-//! while the program is slow to accept, as TCP's handshakes do; beyond that it leaves the TCP
-//! listener alone, whose own backlog then fills as TCP's does (those clients' exchanges wait,
-//! bounded by their MPA timeout). A connection whose exchange fails (a client that is not iWARP, a bad or
+//! Bounds (our choices): the stand-in's backlog is the application's, and the acceptor keeps
+//! up to that many more connections in the background (in their exchange, or established and
+//! waiting for room in the stand-in; at most [`IN_FLIGHT_MAX`]); beyond that it leaves the
+//! TCP listener alone, whose own backlog then fills as TCP's does (those clients' TCP
+//! connects complete and their exchanges wait, bounded by their MPA timeout). So about three
+//! times the backlog of clients get through their TCP handshake before the program accepts,
+//! where TCP lets the backlog through: the backlog still bounds every queue. A connection whose exchange fails (a client that is not iWARP, a bad or
 //! late Request: `DDP_MPA_TIMEOUT_MS`) is closed and never reaches `accept`, like a
 //! connection reset before it was accepted. Options set on the listener after `listen` do not
 //! reach the acceptor.
@@ -38,8 +39,7 @@ use core::fmt;
 use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
 use std::time::Instant;
 
 use ddp_proto::mpa::startup::{MpaConfig, Negotiated, RtrKind};
@@ -61,8 +61,8 @@ const TAKE_WAIT: Duration = Duration::from_secs(1);
 /// `accept` in another process).
 const FULL_RETRY: Duration = Duration::from_millis(20);
 /// Connections of one listener in the background at once (classified, in the exchange, or
-/// waiting for room in the stand-in) beyond the stand-in's backlog.
-const IN_FLIGHT_MAX: usize = 1024;
+/// waiting for room in the stand-in) at most, whatever the backlog.
+const IN_FLIGHT_MAX: usize = 4096;
 
 /// What the first bytes of a dual listener's connection say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,7 +184,7 @@ pub fn listen(spec: ListenSpec) -> Result<Served, Errno> {
                 dual_wait: spec.dual_wait,
                 standin: spec.standin,
                 secret: spec.secret,
-                cap: spec.backlog.clamp(1, IN_FLIGHT_MAX) + IN_FLIGHT_MAX,
+                cap: spec.backlog.clamp(1, IN_FLIGHT_MAX),
                 in_flight: 0,
                 ready: VecDeque::new(),
                 paused: false,
@@ -246,17 +246,6 @@ pub fn unlisten(s: Served) {
             )
         };
     }
-}
-
-/// The acceptor of process `pid` if it is this one's.
-fn this_acceptor(pid: i32) -> Option<&'static Acceptor> {
-    if let Some(a) = ACCEPTOR.get()
-        && a.pid == pid
-    {
-        return Some(a);
-    }
-    let c = CHILD_ACCEPTOR.lock();
-    (*c).filter(|a| a.pid == pid)
 }
 
 /// An `accept` took a connection from a stand-in: listeners that found theirs full try again.
@@ -568,30 +557,46 @@ struct Acceptor {
     done: AtomicU32,
 }
 
-static ACCEPTOR: OnceLock<&'static Acceptor> = OnceLock::new();
-/// A forked child's acceptor (the parent's thread did not survive the fork).
-static CHILD_ACCEPTOR: Mutex<Option<&'static Acceptor>> = Mutex::new(None);
+/// This process's acceptor (a forked child's replaces its parent's: the parent's thread did
+/// not survive the fork).
+static ACCEPTOR: AtomicPtr<Acceptor> = AtomicPtr::new(core::ptr::null_mut());
+/// The pid of a process one of whose threads is starting an acceptor (0: none). A value of
+/// another process is its parent's, from before a fork: nobody here holds it.
+static STARTING: AtomicI32 = AtomicI32::new(0);
 
-/// This process's acceptor, started on first use.
+/// The acceptor of process `pid` if it is this one's.
+fn this_acceptor(pid: i32) -> Option<&'static Acceptor> {
+    // SAFETY: ACCEPTOR only ever holds null or a leaked, never freed `Box<Acceptor>`.
+    unsafe { ACCEPTOR.load(Ordering::Acquire).as_ref() }.filter(|a| a.pid == pid)
+}
+
+/// This process's acceptor, started on first use (one per process, whichever thread asks).
 fn acceptor() -> Result<&'static Acceptor, Errno> {
     let pid = sys::getpid();
-    if let Some(a) = ACCEPTOR.get()
-        && a.pid == pid
-    {
-        return Ok(a);
+    loop {
+        if let Some(a) = this_acceptor(pid) {
+            return Ok(a);
+        }
+        let cur = STARTING.load(Ordering::Acquire);
+        if cur == pid {
+            std::thread::yield_now(); // (another thread here is starting it)
+            continue;
+        }
+        if STARTING
+            .compare_exchange(cur, pid, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            continue;
+        }
+        let r = match this_acceptor(pid) {
+            Some(a) => Ok(a),
+            None => start(pid).inspect(|&a| {
+                ACCEPTOR.store(a as *const Acceptor as *mut Acceptor, Ordering::Release);
+            }),
+        };
+        STARTING.store(0, Ordering::Release);
+        return r;
     }
-    let mut child = CHILD_ACCEPTOR.lock();
-    if let Some(a) = *child
-        && a.pid == pid
-    {
-        return Ok(a);
-    }
-    let a = start(pid)?;
-    if ACCEPTOR.get().is_none() && ACCEPTOR.set(a).is_ok() {
-        return Ok(a);
-    }
-    *child = Some(a);
-    Ok(a)
 }
 
 fn start(pid: i32) -> Result<&'static Acceptor, Errno> {
