@@ -54,47 +54,36 @@ static size_t exsock_argc(va_list ap)
     return n;
 }
 
+/* Declares argv[] (ARG, then the variadic arguments up to and with the NULL) and leaves AP
+ * open after the NULL (execle's envp follows it): the caller ends it with va_end. */
+#define EXSOCK_ARGV(arg, argv, ap)                     \
+    va_list ap;                                        \
+    va_start(ap, arg);                                 \
+    size_t n_##argv = exsock_argc(ap);                 \
+    va_end(ap);                                        \
+    char *argv[n_##argv + 1];                          \
+    argv[0] = (char *)(arg);                           \
+    va_start(ap, arg);                                 \
+    for (size_t i = 1; i <= n_##argv; i++)             \
+        argv[i] = va_arg(ap, char *)
+
 int execl(const char *path, const char *arg, ...)
 {
-    va_list ap;
-    va_start(ap, arg);
-    size_t n = exsock_argc(ap);
-    va_end(ap);
-    char *argv[n + 1];
-    argv[0] = (char *)arg;
-    va_start(ap, arg);
-    for (size_t i = 1; i <= n; i++)
-        argv[i] = va_arg(ap, char *);
+    EXSOCK_ARGV(arg, argv, ap);
     va_end(ap);
     return exsock_execv(path, argv);
 }
 
 int execlp(const char *file, const char *arg, ...)
 {
-    va_list ap;
-    va_start(ap, arg);
-    size_t n = exsock_argc(ap);
-    va_end(ap);
-    char *argv[n + 1];
-    argv[0] = (char *)arg;
-    va_start(ap, arg);
-    for (size_t i = 1; i <= n; i++)
-        argv[i] = va_arg(ap, char *);
+    EXSOCK_ARGV(arg, argv, ap);
     va_end(ap);
     return exsock_execvp(file, argv);
 }
 
 int execle(const char *path, const char *arg, ...)
 {
-    va_list ap;
-    va_start(ap, arg);
-    size_t n = exsock_argc(ap);
-    va_end(ap);
-    char *argv[n + 1];
-    argv[0] = (char *)arg;
-    va_start(ap, arg);
-    for (size_t i = 1; i <= n; i++)
-        argv[i] = va_arg(ap, char *);
+    EXSOCK_ARGV(arg, argv, ap);
     char *const *envp = va_arg(ap, char *const *);
     va_end(ap);
     return exsock_execve(path, argv, envp);
