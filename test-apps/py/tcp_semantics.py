@@ -170,19 +170,23 @@ def case_close(n_iter, sizes):
     # (the connections reach accept in the order their set-up ends, which for DDP sockets
     # whose close runs in the background need not be the order they were made: each payload
     # is unique, so every one must have arrived whole on some connection)
+    want = [hashlib.sha256(data).digest() for _, _, data in expected]
     arrived = {}
+    odd = []
     for got in results.values():
         if isinstance(got, bytes):
-            arrived[hashlib.sha256(got).digest()] = arrived.get(hashlib.sha256(got).digest(), 0) + 1
-    for k, (mode, how, data) in enumerate(expected):
-        h = hashlib.sha256(data).digest()
+            h = hashlib.sha256(got).digest()
+            arrived[h] = arrived.get(h, 0) + 1
+        else:
+            odd.append(repr(got))
+    for k, ((mode, how, data), h) in enumerate(zip(expected, want)):
         if arrived.get(h, 0) > 0:
             arrived[h] -= 1
         else:
             lost.append("#%d %s %s %d B: not received whole" % (k, mode, how, len(data)))
-    odd = [("%d bytes" % len(g)) if isinstance(g, bytes) else repr(g) for g in results.values()
-           if not isinstance(g, bytes) or hashlib.sha256(g).digest() not in
-           {hashlib.sha256(d).digest() for _, _, d in expected}]
+    wanted = set(want)
+    odd += ["%d bytes" % len(g) for g in results.values()
+            if isinstance(g, bytes) and hashlib.sha256(g).digest() not in wanted]
     if lost and odd:
         lost.append("received instead: " + ", ".join(odd[:5]))
     ls.close()
