@@ -44,7 +44,8 @@ extern "C" {
 
 /* ---- socket options (level SOL_DDP) ----------------------------------------------------
  * All but DDP_PEER_PRIVATE_DATA and DDP_CONN_INFO are set before the MPA exchange: on a
- * socket before connect(), on a listener (accepted sockets inherit them), or on a connected
+ * socket before connect(), on a listener before listen() (it answers each client's MPA Request
+ * itself, in the background; accepted sockets inherit them), or on a connected
  * plain socket when switching it with DDP_MODE (both ends must switch at the same point of
  * the stream; the side that called connect() initiates MPA). Setting them later: EISCONN. */
 #define DDP_MODE              1  /* int 0/1: switch this socket to DDP mode */
@@ -65,8 +66,8 @@ extern "C" {
 #define DDP_MARKERS_ALLOW     14 /* int 0/1: honour a peer's request for markers on what we send
                                   * (default 1). 0: a peer asking for them is refused. As
                                   * responder: the MPA Reply rejects it (R=1), the peer's connect
-                                  * fails (ECONNREFUSED from exsock), the listener goes on (a
-                                  * blocking accept reports ECONNABORTED for it). As initiator:
+                                  * fails (ECONNREFUSED from exsock), the listener goes on (that
+                                  * connection never reaches accept). As initiator:
                                   * a Reply with M=1 fails connect with EPROTO. */
 
 /* DDP_P2P values: ready-to-receive message kinds (RFC 6581). */
