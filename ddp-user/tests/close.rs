@@ -1,4 +1,4 @@
-//! `close` as TCP closes a socket (issue 55): every byte written before it reaches the peer,
+//! `close` as TCP closes a socket: every byte written before it reaches the peer,
 //! then a clean end, also when the MPA exchange of a nonblocking connect is still under way
 //! at the close and when bytes wait in the socketpair; `SO_LINGER` 0 resets the connection
 //! and flushes posted work; `SO_LINGER` with a time makes `close` wait until everything is
