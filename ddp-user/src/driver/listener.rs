@@ -248,6 +248,23 @@ pub fn unlisten(s: Served) {
     }
 }
 
+/// The listener's options changed after `listen`: exchanges that start from now on answer
+/// with them (in the process that serves it; a configuration that cannot be negotiated is
+/// ignored, as `listen` would have refused it).
+pub fn reconfigure(s: Served, opts: &Options) {
+    let Some(a) = this_acceptor(s.pid) else {
+        return;
+    };
+    let Some(cfg) = opts.mpa_config(false) else {
+        return;
+    };
+    a.cmds
+        .lock()
+        .queue
+        .push(Cmd::Configure(s.id, Box::new(cfg)));
+    let _ = sys::eventfd_signal(a.wake);
+}
+
 /// An `accept` took a connection from a stand-in: listeners that found theirs full try again.
 pub fn kick() {
     if let Some(a) = this_acceptor(sys::getpid()) {
@@ -537,6 +554,7 @@ impl<'a> Reader<'a> {
 enum Cmd {
     Add(u64, Box<Listener>),
     Remove(u64),
+    Configure(u64, Box<MpaConfig>),
 }
 
 #[derive(Default)]
@@ -687,6 +705,10 @@ impl Thread {
             let timeout = self.next_deadline();
             // (EINTR or a failure: the timers below still run)
             let n = sys::epoll_wait(self.ep, &mut events, timeout).unwrap_or_default();
+            // Commands first: one queued before a connection arrived (new options set on the
+            // listener, then a client told to connect) applies to it, whatever the order of
+            // the events in this batch.
+            self.commands();
             for ev in &events[..n] {
                 let (kind, id) = (ev.u64 & 3, ev.u64 >> 2);
                 match kind {
@@ -721,6 +743,11 @@ impl Thread {
                     );
                     self.listeners.insert(id, l);
                     self.accept_all(id);
+                }
+                Cmd::Configure(id, cfg) => {
+                    if let Some(l) = self.listeners.get_mut(&id) {
+                        l.cfg = *cfg;
+                    }
                 }
                 Cmd::Remove(id) => {
                     self.remove(id);

@@ -216,6 +216,12 @@ fn make_standin(p: &Pending, fd: c_int, backlog: c_int) -> Result<Standin, Errno
     })
 }
 
+/// `SOL_DDP` options set on a listener after `listen`: the acceptor answers the next MPA
+/// Requests with them (a program may set IRD/ORD between two accepts).
+pub fn options_changed(s: &Standin, p: &Pending) {
+    listener::reconfigure(s.served, &engine_options(p));
+}
+
 /// The fd that socket-level calls on `fd` go to: a DDP listener's TCP listener, else `fd`.
 pub fn socket_fd(r: &Ref, fd: c_int) -> c_int {
     r.pending()

@@ -211,6 +211,10 @@ pub unsafe fn set(
         None => {
             if let Some(mut p) = r.pending() {
                 apply(&mut p.opts, name, v)?;
+                if let Some(s) = &p.standin {
+                    // (a listener answering in the background: its next exchanges use them)
+                    super::listen::options_changed(s, &p);
+                }
             }
         }
     }
