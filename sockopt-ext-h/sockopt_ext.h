@@ -44,8 +44,8 @@ extern "C" {
 
 /* ---- socket options (level SOL_DDP) ----------------------------------------------------
  * All but DDP_PEER_PRIVATE_DATA and DDP_CONN_INFO are set before the MPA exchange: on a
- * socket before connect(), on a listener before listen() (it answers each client's MPA Request
- * itself, in the background; accepted sockets inherit them), or on a connected
+ * socket before connect(), on a listener (it answers each client's MPA Request itself, in the
+ * background, with the options it has then; accepted sockets inherit them), or on a connected
  * plain socket when switching it with DDP_MODE (both ends must switch at the same point of
  * the stream; the side that called connect() initiates MPA). Setting them later: EISCONN. */
 #define DDP_MODE              1  /* int 0/1: switch this socket to DDP mode */

@@ -28,8 +28,8 @@
 //! times the backlog of clients get through their TCP handshake before the program accepts,
 //! where TCP lets the backlog through: the backlog still bounds every queue. A connection whose exchange fails (a client that is not iWARP, a bad or
 //! late Request: `DDP_MPA_TIMEOUT_MS`) is closed and never reaches `accept`, like a
-//! connection reset before it was accepted. Options set on the listener after `listen` do not
-//! reach the acceptor.
+//! connection reset before it was accepted. DDP options set on the listener after `listen`
+//! reach the acceptor ([`reconfigure`]) for the exchanges that start after them.
 //!
 //! What it refuses to do: block (every descriptor of a connection is non-blocking; the thread
 //! waits only in `epoll_wait`), or touch an application descriptor: it works on descriptors of
